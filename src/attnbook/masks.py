@@ -1,0 +1,72 @@
+"""Boolean attention masks in PyTorch's SDPA convention: True = may attend, False = blocked."""
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+ALIGNMENTS = ("top-left", "bottom-right")
+PADDING_SIDES = ("right", "left")
+
+
+def _check_length(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+def causal_mask(
+    query_len: int,
+    key_len: int | None = None,
+    *,
+    align: str = "top-left",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The (T, S) mask that lets each query see only keys at or before its own position.
+
+    ``align="top-left"`` (PyTorch's ``is_causal``): query i sees keys 0..i, so when T < S the
+    last S - T keys are never seen. ``align="bottom-right"``: the T queries are the *last* T of
+    the S positions, so query i sees keys 0..i + (S - T); this is what decoding with a KV cache
+    needs. The two agree when T == S. ``key_len`` defaults to ``query_len``.
+    """
+    _check_length("query_len", query_len)
+    key_len = query_len if key_len is None else key_len
+    _check_length("key_len", key_len)
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align: expected one of {ALIGNMENTS}, got {align!r}")
+    offset = 0 if align == "top-left" else key_len - query_len
+    query_pos = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+    key_pos = torch.arange(key_len, device=device)[None, :]  # (1, S)
+    return key_pos <= query_pos + offset  # (T, S)
+
+
+def padding_mask(
+    lengths: Tensor | Sequence[int],
+    max_len: int,
+    *,
+    side: str = "right",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The (B, S) mask that is True on each sequence's real tokens and False on its padding.
+
+    ``lengths[b]`` real tokens sit at the start of row b (``side="right"``: padding after them)
+    or at its end (``side="left"``). To use it as a key mask, add the broadcast dims:
+    ``mask[:, None, :]`` against scores (B, T, S), ``mask[:, None, None, :]`` against
+    (B, H, T, S).
+    """
+    _check_length("max_len", max_len)
+    if side not in PADDING_SIDES:
+        raise ValueError(f"side: expected one of {PADDING_SIDES}, got {side!r}")
+    lengths = torch.as_tensor(lengths, device=device)
+    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise ValueError(
+            f"lengths: expected a 1-D sequence of ints (B,), got shape {tuple(lengths.shape)} "
+            f"and dtype {lengths.dtype}"
+        )
+    if len(lengths) and (lengths.min() < 0 or lengths.max() > max_len):
+        raise ValueError(
+            f"lengths: expected every length in [0, max_len = {max_len}], got {lengths.tolist()}"
+        )
+    positions = torch.arange(max_len, device=lengths.device)[None, :]  # (1, S)
+    if side == "right":
+        return positions < lengths[:, None]  # (B, S)
+    return positions >= max_len - lengths[:, None]  # (B, S)

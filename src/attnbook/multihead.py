@@ -1,0 +1,198 @@
+"""Multi-head, grouped-query and multi-query attention as one module."""
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbook._checks import (
+    check_mask,
+    check_mask_or_causal,
+    check_probability,
+    check_same_dtype,
+    check_tensor,
+    shape_of,
+)
+from attnbook.attention import scaled_dot_product_attention
+from attnbook.heads import merge_heads, repeat_kv, split_heads
+from attnbook.trace import record
+
+
+def _check_head_counts(d_model: int, n_heads: int, n_kv_heads: int) -> None:
+    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model: {d_model} is not divisible by n_heads = {n_heads}; each head needs "
+            f"d_head = d_model / n_heads dims"
+        )
+    if n_heads % n_kv_heads:
+        raise ValueError(
+            f"n_kv_heads: n_heads = {n_heads} is not divisible by n_kv_heads = {n_kv_heads}; "
+            f"each key/value head must serve the same number of query heads"
+        )
+
+
+class GroupedQueryAttention(nn.Module):
+    """Attention with H query heads sharing H_kv key/value heads (Ainslie et al., 2023).
+
+    ``n_kv_heads == n_heads`` is multi-head attention, ``n_kv_heads == 1`` multi-query attention.
+    Query head h reads key/value head ``h // (n_heads // n_kv_heads)``.
+
+    ``forward(query, key=None, value=None, *, mask=None, is_causal=False, need_weights=False)``
+    takes query (B, T, D) and key, value (B, S, D); with key and value left out it is
+    self-attention (key = value = query), with key alone value = key. ``mask`` follows
+    :func:`attnbook.scaled_dot_product_attention` (bool True = attend, or float added) and must
+    broadcast to (B, H, T, S). Returns (output (B, T, D), weights (B, H, T, S) or None).
+    Without ``need_weights`` it calls PyTorch's fused ``F.scaled_dot_product_attention``, which
+    never materialises the weights; with it, the library's explicit version. Both agree.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        *,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        _check_head_counts(d_model, n_heads, n_kv_heads)
+        check_probability("dropout", dropout)
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _check_inputs(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, is_causal: bool
+    ) -> None:
+        layouts = {"query": "(B, T, D)", "key": "(B, S, D)", "value": "(B, S, D)"}
+        for name, tensor in (("query", query), ("key", key), ("value", value)):
+            check_tensor(name, tensor, layouts[name], rank=3)
+            if tensor.size(-1) != self.d_model:
+                raise ValueError(
+                    f"{name}: expected shape {layouts[name]} with D = d_model = {self.d_model}, "
+                    f"got {name}.shape = {shape_of(tensor)}"
+                )
+            if tensor.size(0) != query.size(0):
+                raise ValueError(
+                    f"{name}: batch size {tensor.size(0)} must equal query's {query.size(0)}; got "
+                    f"{name}.shape = {shape_of(tensor)}, query.shape = {shape_of(query)}"
+                )
+            check_same_dtype(name, tensor, query, "query")
+        if value.size(1) != key.size(1):
+            raise ValueError(
+                f"value: expected shape (B, S, D) with S = {key.size(1)} as in key, got "
+                f"value.shape = {shape_of(value)}"
+            )
+        check_mask_or_causal(mask, is_causal)
+        if mask is not None:
+            scores_shape = (query.size(0), self.n_heads, query.size(1), key.size(1))
+            check_mask(mask, scores_shape, "(B, H, T, S)")
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        if key is None and value is not None:
+            raise ValueError("key: got value but no key; pass both for cross-attention")
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_inputs(query, key, value, mask, is_causal)
+        dropout_p = self.dropout if self.training else 0.0
+
+        q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, d_head)
+        k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, S, d_head)
+        v = split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, S, d_head)
+        record("q", q, "B H T d_head", "queries, projected and split into heads")
+        record("k", k, "B H_kv S d_head", "keys, one per key/value head")
+        record("v", v, "B H_kv S d_head", "values, one per key/value head")
+
+        if need_weights:
+            group_size = self.n_heads // self.n_kv_heads
+            if group_size > 1:
+                k = repeat_kv(k, group_size)  # (B, H, S, d_head)
+                v = repeat_kv(v, group_size)  # (B, H, S, d_head)
+                record("k repeated", k, "B H S d_head", "each key head copied for its group")
+                record("v repeated", v, "B H S d_head", "each value head copied for its group")
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
+            )  # (B, H, T, d_head), (B, H, T, S)
+        else:
+            if mask is not None and mask.dtype.is_floating_point:
+                mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
+            heads = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                enable_gqa=self.n_kv_heads != self.n_heads,
+            )  # (B, H, T, d_head)
+            weights = None
+            record("attended", heads, "B H T d_head", "PyTorch's fused kernel; no weights kept")
+        merged = merge_heads(heads)  # (B, T, D)
+        record("merged", merged, "B T D", "heads concatenated back to model width")
+        output = self.out_proj(merged)  # (B, T, D)
+        record("output", output, "B T D", "output projection")
+        return output, weights
+
+
+class MultiHeadAttention(GroupedQueryAttention):
+    """Multi-head attention (Vaswani et al., 2017): every query head has its own key/value head.
+
+    The same module as :class:`GroupedQueryAttention` with ``n_kv_heads == n_heads``; see there
+    for the forward signature and shapes.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, bias: bool = True, dropout: float = 0.0
+    ) -> None:
+        super().__init__(d_model, n_heads, n_heads, bias=bias, dropout=dropout)
+
+    def copy_weights_from(self, torch_mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Load the projections of a ``torch.nn.MultiheadAttention`` with the same sizes.
+
+        PyTorch stacks W_q, W_k and W_v into one ``in_proj_weight`` of shape (3D, D); the three
+        row blocks are our three projections. Returns ``self``.
+        """
+        same_shape = (
+            torch_mha.embed_dim == self.d_model
+            and torch_mha.num_heads == self.n_heads
+            and torch_mha.in_proj_weight is not None
+            and (torch_mha.in_proj_bias is not None) == (self.q_proj.bias is not None)
+        )
+        if not same_shape:
+            raise ValueError(
+                f"torch_mha: expected embed_dim = {self.d_model}, num_heads = {self.n_heads}, "
+                f"packed in_proj_weight and bias={self.q_proj.bias is not None}; got "
+                f"embed_dim = {torch_mha.embed_dim}, num_heads = {torch_mha.num_heads}"
+            )
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weights = torch_mha.in_proj_weight.detach().chunk(3)  # 3 x (D, D)
+        biases = (
+            torch_mha.in_proj_bias.detach().chunk(3)
+            if torch_mha.in_proj_bias is not None
+            else (None,) * 3
+        )
+        for projection, weight, bias in zip(projections, weights, biases, strict=True):
+            projection.weight.data.copy_(weight)
+            if bias is not None:
+                projection.bias.data.copy_(bias)
+        self.out_proj.weight.data.copy_(torch_mha.out_proj.weight.detach())
+        if self.out_proj.bias is not None:
+            self.out_proj.bias.data.copy_(torch_mha.out_proj.bias.detach())
+        return self

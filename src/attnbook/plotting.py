@@ -1,0 +1,119 @@
+"""Attention heatmaps in the book's one convention.
+
+Queries are rows and keys are columns, the origin is the top-left corner (query 0, key 0),
+tokens label the axes, and a colorbar gives the weight scale. The colormap is viridis, which
+reads in greyscale and for colour-blind readers.
+"""
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+CMAP = "viridis"
+CELL_INCHES = 0.45
+
+
+def _as_array(weights: torch.Tensor | np.ndarray, name: str, rank: int, layout: str) -> np.ndarray:
+    array = (
+        weights.detach().float().cpu().numpy() if torch.is_tensor(weights) else np.asarray(weights)
+    )
+    if array.ndim != rank:
+        raise ValueError(f"{name}: expected shape {layout}, got shape {tuple(array.shape)}")
+    return array
+
+
+def _check_labels(name: str, labels: Sequence[str] | None, count: int, axis: str) -> None:
+    if labels is not None and len(labels) != count:
+        raise ValueError(f"{name}: expected {count} labels (one per {axis}), got {len(labels)}")
+
+
+def _label_axes(ax: Axes, query_labels, key_labels, *, show_x: bool, show_y: bool) -> None:
+    """Token labels and axis names; ``show_x``/``show_y`` False hides them on inner grid cells."""
+    if key_labels is not None:
+        ax.set_xticks(range(len(key_labels)), labels=[str(t) for t in key_labels], rotation=90)
+    if query_labels is not None:
+        ax.set_yticks(range(len(query_labels)), labels=[str(t) for t in query_labels])
+    ax.tick_params(labelbottom=show_x, labelleft=show_y)
+    if show_x:
+        ax.set_xlabel("key")
+    if show_y:
+        ax.set_ylabel("query")
+
+
+def plot_attention(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw one (T, S) weight matrix: query t is row t, key s is column s. Returns the axes."""
+    matrix = _as_array(weights, "weights", 2, "(T, S)")
+    _check_labels("query_labels", query_labels, matrix.shape[0], "query row")
+    _check_labels("key_labels", key_labels, matrix.shape[1], "key column")
+    if ax is None:
+        width = max(3.0, CELL_INCHES * matrix.shape[1] + 1.5)
+        height = max(2.5, CELL_INCHES * matrix.shape[0] + 0.8)
+        _, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    image = ax.imshow(matrix, cmap=CMAP, vmin=0.0, origin="upper")
+    ax.figure.colorbar(image, ax=ax, label="attention weight")
+    _label_axes(ax, query_labels, key_labels, show_x=True, show_y=True)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_heads(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    titles: Sequence[str] | None = None,
+    ncols: int = 4,
+    suptitle: str | None = None,
+) -> Figure:
+    """Draw each head of (H, T, S) weights in a grid with one shared colour scale and colorbar.
+
+    Pick a batch item first (``weights[0]`` of a (B, H, T, S) tensor). Titles default to
+    ``head 0``, ``head 1``, ...; returns the figure.
+    """
+    stack = _as_array(weights, "weights", 3, "(H, T, S); index a batch item first")
+    n_heads, n_queries, n_keys = stack.shape
+    _check_labels("query_labels", query_labels, n_queries, "query row")
+    _check_labels("key_labels", key_labels, n_keys, "key column")
+    _check_labels("titles", titles, n_heads, "head")
+    ncols = min(ncols, n_heads)
+    nrows = -(-n_heads // ncols)
+    cell_w = max(2.2, CELL_INCHES * 0.7 * n_keys + 0.9)
+    cell_h = max(2.0, CELL_INCHES * 0.7 * n_queries + 0.9)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(cell_w * ncols + 1.0, cell_h * nrows),
+        squeeze=False,
+        layout="constrained",
+    )
+    vmax = float(stack.max()) if stack.size else 1.0
+    for index, ax in enumerate(axes.flat):
+        if index >= n_heads:
+            ax.set_visible(False)
+            continue
+        image = ax.imshow(stack[index], cmap=CMAP, vmin=0.0, vmax=vmax, origin="upper")
+        row, col = divmod(index, ncols)
+        _label_axes(
+            ax,
+            query_labels,
+            key_labels,
+            show_x=row == nrows - 1 or index + ncols >= n_heads,
+            show_y=col == 0,
+        )
+        ax.set_title(titles[index] if titles is not None else f"head {index}")
+    fig.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
