@@ -1,0 +1,163 @@
+"""MultiHeadAttention and GroupedQueryAttention against PyTorch's modules and functions."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import DEVICES, TOLERANCES, reference_attention
+from torch import nn
+
+from attnbook import (
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    causal_mask,
+    merge_heads,
+    padding_mask,
+    repeat_kv,
+    split_heads,
+)
+
+D_MODEL, N_HEADS = 16, 4
+
+
+def make_pair(device, *, bias=True):
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, bias=bias, batch_first=True).to(device)
+    ours = MultiHeadAttention(D_MODEL, N_HEADS, bias=bias).to(device).copy_weights_from(theirs)
+    return ours.eval(), theirs.eval()
+
+
+def inputs(*shape, device="cpu", seed=1):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_matches_nn_multihead(device, bias):
+    ours, theirs = make_pair(device, bias=bias)
+    x = inputs(2, 5, D_MODEL, device=device)
+    expected, expected_weights = theirs(x, x, x, average_attn_weights=False)
+    output, weights = ours(x, need_weights=True)
+    torch.testing.assert_close(output, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    torch.testing.assert_close(ours(x)[0], expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_causal_mask_polarity_is_opposite_to_nn_multihead(device):
+    ours, theirs = make_pair(device)
+    x = inputs(2, 6, D_MODEL, device=device)
+    allowed = causal_mask(6, device=device)  # True = attend (ours, SDPA)
+    expected, _ = theirs(x, x, x, attn_mask=~allowed)  # True = block (nn.MultiheadAttention)
+    for need_weights in (True, False):
+        torch.testing.assert_close(ours(x, mask=allowed, need_weights=need_weights)[0], expected)
+        torch.testing.assert_close(ours(x, is_causal=True, need_weights=need_weights)[0], expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_attention_with_padding_matches_nn_multihead(device):
+    ours, theirs = make_pair(device)
+    query, memory = (
+        inputs(3, 4, D_MODEL, device=device),
+        inputs(3, 7, D_MODEL, device=device, seed=2),
+    )
+    lengths = torch.tensor([7, 5, 2])
+    keep = padding_mask(lengths, 7, device=device)  # (B, S)
+    expected, _ = theirs(query, memory, memory, key_padding_mask=~keep)
+    output, weights = ours(query, memory, mask=keep[:, None, None, :], need_weights=True)
+    torch.testing.assert_close(output, expected)
+    assert weights.shape == (3, N_HEADS, 4, 7)
+    assert torch.equal(weights[1, ..., 5:], torch.zeros_like(weights[1, ..., 5:]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
+def test_gqa_matches_torch_enable_gqa_and_both_paths_agree(device, n_kv_heads):
+    torch.manual_seed(0)
+    module = GroupedQueryAttention(D_MODEL, N_HEADS, n_kv_heads).to(device).eval()
+    x = inputs(2, 6, D_MODEL, device=device)
+    q = split_heads(module.q_proj(x), N_HEADS)
+    k = split_heads(module.k_proj(x), n_kv_heads)
+    v = split_heads(module.v_proj(x), n_kv_heads)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    expected = module.out_proj(merge_heads(heads))
+    explicit, weights = module(x, is_causal=True, need_weights=True)
+    fused, none = module(x, is_causal=True)
+    torch.testing.assert_close(explicit, expected)
+    torch.testing.assert_close(fused, expected)
+    assert none is None and weights.shape == (2, N_HEADS, 6, 6)
+
+
+def test_gqa_with_all_kv_heads_equals_mha():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()
+    gqa = GroupedQueryAttention(D_MODEL, N_HEADS, N_HEADS).eval()
+    gqa.load_state_dict(mha.state_dict())
+    x = inputs(2, 5, D_MODEL)
+    torch.testing.assert_close(gqa(x, need_weights=True)[0], mha(x, need_weights=True)[0])
+
+
+def test_mqa_shares_one_key_value_head():
+    module = GroupedQueryAttention(D_MODEL, N_HEADS, 1)
+    assert module.k_proj.out_features == D_MODEL // N_HEADS
+    assert sum(p.numel() for p in module.parameters()) < sum(
+        p.numel() for p in MultiHeadAttention(D_MODEL, N_HEADS).parameters()
+    )
+
+
+def test_repeat_kv_interleaves_groups_unlike_repeat():
+    heads = torch.arange(2.0).view(1, 2, 1, 1)  # key/value heads 0 and 1
+    assert repeat_kv(heads, 2).flatten().tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert heads.repeat(1, 2, 1, 1).flatten().tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_split_then_merge_heads_is_identity_and_keeps_tokens_apart():
+    x = torch.arange(2 * 3 * 8.0).view(2, 3, 8)
+    heads = split_heads(x, 4)
+    assert heads.shape == (2, 4, 3, 2)
+    assert torch.equal(heads[0, 1, 2], x[0, 2, 2:4])  # head 1 of token 2 = its features 2..3
+    assert torch.equal(merge_heads(heads), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_paths_agree_with_float64(dtype):
+    torch.manual_seed(0)
+    module = MultiHeadAttention(D_MODEL, N_HEADS).eval()
+    x = inputs(2, 5, D_MODEL)
+    q, k, v = (split_heads(p(x), N_HEADS) for p in (module.q_proj, module.k_proj, module.v_proj))
+    heads, _ = reference_attention(q, k, v, causal_mask(5))
+    expected = module.out_proj(merge_heads(heads.float())).double()
+    module = module.to(dtype)
+    for need_weights in (True, False):
+        output, _ = module(x.to(dtype), is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(output.double(), expected, atol=5e-2, rtol=5e-2)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    module = MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.5)
+    x = inputs(2, 5, D_MODEL)
+    module.eval()
+    first, _ = module(x)
+    torch.testing.assert_close(module(x)[0], first)
+    module.train()
+    _, weights = module(x, need_weights=True)
+    assert (weights == 0).any()
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_query_gives_finite_output_and_gradients(need_weights):
+    torch.manual_seed(0)
+    module = MultiHeadAttention(D_MODEL, N_HEADS)
+    x = inputs(2, 4, D_MODEL).requires_grad_(True)
+    keep = torch.ones(4, 4, dtype=torch.bool)
+    keep[2] = False
+    output, _ = module(x, mask=keep, need_weights=need_weights)
+    output.sum().backward()
+    assert torch.isfinite(output).all() and torch.isfinite(x.grad).all()
+    bias_only = module.out_proj.bias.expand(2, D_MODEL)  # zero heads -> out_proj(0) = its bias
+    torch.testing.assert_close(output[:, 2], bias_only, **TOLERANCES[torch.float32])
+
+
+def test_copy_weights_rejects_other_sizes():
+    with pytest.raises(ValueError, match=r"torch_mha: expected embed_dim = 16, num_heads = 4"):
+        MultiHeadAttention(D_MODEL, N_HEADS).copy_weights_from(nn.MultiheadAttention(16, 2))

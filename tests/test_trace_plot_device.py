@@ -1,0 +1,96 @@
+"""Shape traces, heatmaps and device selection."""
+
+import matplotlib
+import pytest
+import torch
+
+from attnbook import (
+    MultiHeadAttention,
+    get_device,
+    plot_attention,
+    plot_heads,
+    record,
+    scaled_dot_product_attention,
+    set_seed,
+    trace_shapes,
+)
+
+matplotlib.use("Agg")
+
+
+def test_trace_records_module_steps_with_shapes():
+    module = MultiHeadAttention(16, 4)
+    with trace_shapes() as trace:
+        module(torch.randn(2, 5, 16), need_weights=True)
+    assert trace["q"] == (2, 4, 5, 4)
+    assert trace["weights"] == (2, 4, 5, 5)
+    assert trace["output"] == (2, 5, 16)
+    assert trace.steps[:3] == ["q", "k", "v"]
+    assert "(B, H, T, d_head)" in repr(trace) and "<table" in trace._repr_html_()
+
+
+def test_fused_path_records_no_weights():
+    with trace_shapes() as trace:
+        MultiHeadAttention(16, 4)(torch.randn(2, 5, 16))
+    assert trace.steps == ["q", "k", "v", "attended", "merged", "output"]
+    with pytest.raises(KeyError, match="no step 'weights'"):
+        trace["weights"]
+
+
+def test_record_is_a_no_op_outside_a_trace_and_checks_dims_inside():
+    record("x", torch.zeros(2, 3), "B")  # nothing active: ignored
+    with trace_shapes() as trace, pytest.raises(ValueError, match="dims: 'B' does not fit"):
+        record("x", torch.zeros(2, 3), "B")
+    assert len(trace) == 0
+
+
+def test_text_table_lines_up():
+    with trace_shapes() as trace:
+        scaled_dot_product_attention(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2))
+    lines = repr(trace).splitlines()
+    assert lines[0].split() == ["step", "dims", "shape", "meaning"]
+    assert lines[1].split()[:5] == ["scores", "(...,", "T,", "S)", "(3,"]
+    assert lines[1].index("(...") == lines[0].index("dims")
+
+
+def test_plot_attention_follows_the_convention():
+    weights = torch.softmax(torch.randn(3, 4), dim=-1)
+    ax = plot_attention(weights, list("abc"), list("wxyz"), title="t")
+    image = ax.get_images()[0]
+    assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
+    assert image.origin == "upper" and image.get_array().shape == (3, 4)
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("wxyz")
+    assert len(ax.figure.axes) == 2  # the heatmap and its colorbar
+    matplotlib.pyplot.close(ax.figure)
+
+
+def test_plot_heads_shares_one_colour_scale():
+    weights = torch.softmax(torch.randn(5, 3, 4), dim=-1)
+    fig = plot_heads(weights, ncols=3)
+    heatmaps = [ax for ax in fig.axes if ax.get_images() and ax.get_visible()]
+    assert len(heatmaps) == 5
+    assert {ax.get_images()[0].get_clim() for ax in heatmaps} == {(0.0, float(weights.max()))}
+    matplotlib.pyplot.close(fig)
+
+
+def test_get_device_honours_environment(monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
+    assert get_device() == torch.device("cpu")
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "not-a-device")
+    with pytest.raises(ValueError, match="ATTNBOOK_DEVICE: expected a torch device"):
+        get_device()
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("ATTNBOOK_DEVICE", "cuda")
+        with pytest.raises(
+            ValueError, match="asks for 'cuda', but this machine has no such device"
+        ):
+            get_device()
+    monkeypatch.delenv("ATTNBOOK_DEVICE")
+    assert get_device().type in {"cpu", "cuda", "mps"}
+
+
+def test_set_seed_repeats_runs():
+    set_seed(3)
+    first = torch.randn(4)
+    set_seed(3)
+    assert torch.equal(torch.randn(4), first)
