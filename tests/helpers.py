@@ -20,9 +20,18 @@ TOLERANCES = {
 DTYPES = list(TOLERANCES)
 
 
+def as_float64(tensor):
+    """A CPU float64 copy: the reference precision (MPS has no float64, so always on the CPU)."""
+    return tensor.detach().cpu().to(torch.float64)
+
+
 def reference_attention(query, key, value, mask=None, scale=None):
-    """softmax(q k^T * scale + mask) v in float64 with torch.softmax, fully masked rows zeroed."""
-    query, key, value = (t.to(torch.float64) for t in (query, key, value))
+    """softmax(q k^T * scale + mask) v in float64 on the CPU with torch.softmax.
+
+    Fully masked rows, NaN in torch.softmax, are set to zero: the library's documented result.
+    """
+    query, key, value = (as_float64(t) for t in (query, key, value))
+    mask = None if mask is None else mask.cpu()
     scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
     scores = query @ key.transpose(-2, -1) * scale
     if mask is not None and mask.dtype == torch.bool:

@@ -3,7 +3,14 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES, DTYPES, TOLERANCES, random_qkv, reference_attention
+from helpers import (
+    DEVICES,
+    DTYPES,
+    TOLERANCES,
+    as_float64,
+    random_qkv,
+    reference_attention,
+)
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from attnbook import causal_mask, masked_softmax, scaled_dot_product_attention
@@ -16,8 +23,8 @@ def test_matches_float64_reference(device, dtype):
     output, weights = scaled_dot_product_attention(q, k, v)
     expected_output, expected_weights = reference_attention(q, k, v)
     assert output.dtype == dtype
-    torch.testing.assert_close(output.double(), expected_output, **TOLERANCES[dtype])
-    torch.testing.assert_close(weights.double(), expected_weights, **TOLERANCES[dtype])
+    torch.testing.assert_close(as_float64(output), expected_output, **TOLERANCES[dtype])
+    torch.testing.assert_close(as_float64(weights), expected_weights, **TOLERANCES[dtype])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -93,7 +100,7 @@ def test_fully_masked_rows_are_zero_without_nan(device, mask_kind):
         assert torch.isfinite(tensor.grad).all()
     assert torch.equal(q.grad[..., 1, :], torch.zeros_like(q.grad[..., 1, :]))
     expected, _ = reference_attention(q.detach(), k.detach(), v.detach(), mask)
-    torch.testing.assert_close(output.double(), expected, **TOLERANCES[torch.float32])
+    torch.testing.assert_close(as_float64(output), expected, **TOLERANCES[torch.float32])
 
 
 def test_naive_softmax_would_give_nan_on_fully_masked_row():
@@ -112,8 +119,8 @@ def test_huge_logits_stay_finite(device, dtype):
     output, weights = scaled_dot_product_attention(q, k, v)
     assert torch.isfinite(output).all()
     expected_output, expected_weights = reference_attention(q, k, v)
-    torch.testing.assert_close(weights.double(), expected_weights, **TOLERANCES[dtype])
-    torch.testing.assert_close(output.double(), expected_output, **TOLERANCES[dtype])
+    torch.testing.assert_close(as_float64(weights), expected_weights, **TOLERANCES[dtype])
+    torch.testing.assert_close(as_float64(output), expected_output, **TOLERANCES[dtype])
 
 
 def test_gradcheck_float64():

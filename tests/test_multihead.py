@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES, TOLERANCES, reference_attention
+from helpers import DEVICES, TOLERANCES, as_float64, reference_attention
 from torch import nn
 
 from attnbook import (
@@ -129,7 +129,7 @@ def test_half_precision_paths_agree_with_float64(dtype):
     module = module.to(dtype)
     for need_weights in (True, False):
         output, _ = module(x.to(dtype), is_causal=True, need_weights=need_weights)
-        torch.testing.assert_close(output.double(), expected, atol=5e-2, rtol=5e-2)
+        torch.testing.assert_close(as_float64(output), expected, atol=5e-2, rtol=5e-2)
 
 
 def test_dropout_only_in_training():
