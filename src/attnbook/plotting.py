@@ -89,8 +89,8 @@ def plot_heads(
     _check_labels("titles", titles, n_heads, "head")
     ncols = min(ncols, n_heads)
     nrows = -(-n_heads // ncols)
-    cell_w = max(2.2, CELL_INCHES * 0.7 * n_keys + 0.9)
-    cell_h = max(2.0, CELL_INCHES * 0.7 * n_queries + 0.9)
+    cell_w = max(2.2, CELL_INCHES * 0.7 * n_keys + 0.8)  # heatmap plus query labels
+    cell_h = max(2.2, CELL_INCHES * 0.7 * n_queries + 1.3)  # plus title and rotated key labels
     fig, axes = plt.subplots(
         nrows,
         ncols,
