@@ -144,15 +144,13 @@ def test_module_mask_with_is_causal():
         MultiHeadAttention(16, 4)(x, mask=causal_mask(4), is_causal=True)
 
 
-def test_additive_keys_wrong_width():
-    with raises("keys: expected last dim 8 (set at construction), got keys.shape = (2, 5, 6)"):
+def test_additive_key_wrong_width():
+    with raises("key: expected last dim 8, got key.shape = (2, 5, 6)"):
         AdditiveAttention(16, 8, 10)(x, v[:, 0], v[:, 0])
 
 
-def test_additive_values_length_mismatch():
-    with raises(
-        "values: expected query (B, T, d_q), keys (B, S, d_k), values (B, S, d_v) with one B"
-    ):
+def test_additive_value_length_mismatch():
+    with raises("value: expected shape (..., S, d_v) with S = 5 as in key, got value.shape"):
         AdditiveAttention(16, 8, 10)(x, k[:, 0], v[:, 0, :3])
 
 

@@ -11,15 +11,39 @@ from attnbook.heads import merge_heads, repeat_kv, split_heads
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads
+from attnbook.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore
+from attnbook.seq2seq import (
+    AttentionDecoder,
+    Encoder,
+    EncoderOutput,
+    PlainDecoder,
+    Seq2Seq,
+    greedy_decode,
+    shift_right,
+)
+from attnbook.tasks import decode_ids, encode_words, reversal_batch
 from attnbook.trace import ShapeTrace, record, trace_shapes
+from attnbook.training import sequence_loss, token_accuracy, train
 
 __all__ = [
     "AdditiveAttention",
+    "AdditiveScore",
+    "AttentionDecoder",
+    "DotScore",
+    "Encoder",
+    "EncoderOutput",
+    "GeneralScore",
     "GroupedQueryAttention",
     "MultiHeadAttention",
+    "PlainDecoder",
+    "ScaledDotScore",
+    "Seq2Seq",
     "ShapeTrace",
     "causal_mask",
+    "decode_ids",
+    "encode_words",
     "get_device",
+    "greedy_decode",
     "masked_softmax",
     "merge_heads",
     "padding_mask",
@@ -27,8 +51,13 @@ __all__ = [
     "plot_heads",
     "record",
     "repeat_kv",
+    "reversal_batch",
     "scaled_dot_product_attention",
+    "sequence_loss",
     "set_seed",
+    "shift_right",
     "split_heads",
+    "token_accuracy",
     "trace_shapes",
+    "train",
 ]

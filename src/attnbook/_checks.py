@@ -36,6 +36,16 @@ def check_tensor(name: str, tensor: object, layout: str, rank: int | None = None
         )
 
 
+def check_same_batch_dims(name: str, tensor: Tensor, query: Tensor) -> None:
+    """``tensor`` (..., S, x) has the same batch dims ``...`` as ``query`` (..., T, d)."""
+    if tensor.shape[:-2] != query.shape[:-2]:
+        raise ValueError(
+            f"{name}: batch dims {tuple(tensor.shape[:-2])} must equal query's "
+            f"{tuple(query.shape[:-2])}; got {name}.shape = {shape_of(tensor)}, "
+            f"query.shape = {shape_of(query)}"
+        )
+
+
 def check_same_dtype(name: str, tensor: Tensor, reference: Tensor, reference_name: str) -> None:
     if tensor.dtype != reference.dtype:
         raise ValueError(

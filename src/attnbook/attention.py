@@ -10,6 +10,7 @@ from attnbook._checks import (
     check_mask,
     check_mask_or_causal,
     check_probability,
+    check_same_batch_dims,
     check_same_dtype,
     check_tensor,
     shape_of,
@@ -26,12 +27,7 @@ def check_attention_inputs(
     check_tensor("key", key, "(..., S, d)", rank=query.dim())
     check_tensor("value", value, "(..., S, d_v)", rank=query.dim())
     for name, tensor in (("key", key), ("value", value)):
-        if tensor.shape[:-2] != query.shape[:-2]:
-            raise ValueError(
-                f"{name}: batch dims {tuple(tensor.shape[:-2])} must equal query's "
-                f"{tuple(query.shape[:-2])}; got {name}.shape = {shape_of(tensor)}, "
-                f"query.shape = {shape_of(query)}"
-            )
+        check_same_batch_dims(name, tensor, query)
         check_same_dtype(name, tensor, query, "query")
     if key.size(-1) != query.size(-1):
         raise ValueError(

@@ -1,0 +1,144 @@
+"""Encoder, plain and attention decoders, greedy decoding and the training loop."""
+
+import re
+
+import pytest
+import torch
+
+from attnbook import (
+    Seq2Seq,
+    encode_words,
+    greedy_decode,
+    reversal_batch,
+    set_seed,
+    shift_right,
+    token_accuracy,
+    trace_shapes,
+    train,
+)
+from attnbook.tasks import BOS, EOS, PAD, VOCAB
+
+V, E, D = len(VOCAB), 8, 12
+WORDS = ["attention", "ox", "cat"]
+
+
+def model(attention, seed=0):
+    set_seed(seed)
+    return Seq2Seq(V, E, D, attention=attention).eval()
+
+
+def raises(pattern):
+    return pytest.raises(ValueError, match=re.escape(pattern))
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_shapes(attention):
+    source, lengths = encode_words(WORDS)  # (3, 9)
+    decoder_input = torch.full((3, 5), BOS)  # (B, T)
+    with trace_shapes() as trace:
+        logits, weights = model(attention)(source, lengths, decoder_input)
+    assert logits.shape == (3, 5, V)
+    assert trace["annotations h_j"] == (3, 9, 2 * D) and trace["summary c"] == (3, 2 * D)
+    assert trace["state s_t"] == (3, D) and trace["all logits"] == (3, 5, V)
+    assert weights is None if not attention else weights.shape == (3, 5, 9)
+    assert trace.steps.count("state s_t") == 5  # one row per decoder step
+
+
+def test_attention_weights_sum_to_one_and_padding_gets_zero():
+    source, lengths = encode_words(WORDS)
+    _, weights = model(True)(source, lengths, torch.full((3, 4), BOS))  # (B, T, S)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3, 4))
+    assert torch.equal(weights[1, :, 2:], torch.zeros(4, 7))  # "ox": 7 padding columns
+    assert torch.equal(weights[2, :, 3:], torch.zeros(4, 6))  # "cat": 6 padding columns
+    assert (weights[0] > 0).all()  # the longest word has no padding
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_padding_does_not_change_a_words_output(attention):
+    net = model(attention)
+    alone, alone_lengths = encode_words(["cat"])
+    padded, padded_lengths = encode_words(["cat", "attention"])
+    steps = torch.full((2, 4), BOS)
+    logits_alone, _ = net(alone, alone_lengths, steps[:1])
+    logits_padded, _ = net(padded, padded_lengths, steps)
+    torch.testing.assert_close(logits_padded[:1], logits_alone)
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_greedy_decoding_is_deterministic_under_a_seed(attention):
+    source, lengths = encode_words(WORDS)
+    tokens, weights = greedy_decode(model(attention, seed=3), source, lengths, max_len=6)
+    again, again_weights = greedy_decode(model(attention, seed=3), source, lengths, max_len=6)
+    other, _ = greedy_decode(model(attention, seed=4), source, lengths, max_len=6)
+    assert tokens.shape == (3, 6) and torch.equal(tokens, again)
+    assert not torch.equal(tokens, other)
+    assert (weights is None) == (not attention)
+    if attention:
+        assert weights.shape == (3, 6, 9) and torch.equal(weights, again_weights)
+
+
+def test_greedy_decoding_pads_after_eos():
+    net = model(False)
+    with torch.no_grad():
+        net.decoder.out.bias.fill_(-1e4)
+        net.decoder.out.bias[EOS] = 1e4  # every step predicts EOS
+    tokens, _ = greedy_decode(net, *encode_words(WORDS), max_len=4)
+    assert tokens[:, 0].tolist() == [EOS] * 3 and (tokens[:, 1:] == PAD).all()
+
+
+def test_shift_right_starts_with_bos():
+    target = torch.tensor([[5, 6, EOS], [7, EOS, PAD]])
+    assert shift_right(target).tolist() == [[BOS, 5, 6], [BOS, 7, EOS]]
+
+
+def test_training_learns_to_reverse_short_words():
+    set_seed(0)
+    net = Seq2Seq(V, 8, 16, attention=True)
+    generator = torch.Generator().manual_seed(0)
+    losses = train(net, lambda: reversal_batch(32, 2, 4, generator=generator), 200)
+    test = reversal_batch(100, 2, 4, generator=torch.Generator().manual_seed(1))
+    assert losses[0] > 3.0 and sum(losses[-10:]) / 10 < 0.5
+    assert token_accuracy(net, test) > 0.95
+    assert not net.training
+
+
+def test_source_must_be_token_ids():
+    with raises("source: expected token ids of dtype torch.long, got torch.float32"):
+        model(False).encoder(torch.zeros(2, 3), torch.tensor([3, 2]))
+
+
+def test_source_must_be_2d():
+    with raises("source: expected shape (B, S) (2 dims), got source.shape = (3,)"):
+        model(False).encoder(torch.zeros(3, dtype=torch.long), torch.tensor([3]))
+
+
+def test_lengths_must_match_the_batch():
+    with raises("source_lengths: expected shape (B,) with B = 2 as in source, got "):
+        model(False).encoder(torch.zeros(2, 3, dtype=torch.long), torch.tensor([3, 2, 1]))
+
+
+def test_lengths_must_fit_the_source():
+    with raises("source_lengths: expected every length in [1, S = 3], got [4, 0]"):
+        model(False).encoder(torch.zeros(2, 3, dtype=torch.long), torch.tensor([4, 0]))
+
+
+def test_decoder_input_batch_must_match():
+    net = model(True)
+    memory = net.encoder(*encode_words(WORDS))
+    with raises("decoder_input: expected shape (B, T) with B = 3 as in the encoder output"):
+        net.decoder(torch.full((2, 4), BOS), memory)
+
+
+def test_model_sizes_must_be_positive():
+    with raises("hidden_dim: expected an int >= 1, got 0"):
+        Seq2Seq(V, E, 0, attention=True)
+
+
+def test_greedy_max_len_must_be_positive():
+    with raises("max_len: expected an int >= 1, got 0"):
+        greedy_decode(model(True), *encode_words(WORDS), max_len=0)
+
+
+def test_train_steps_must_be_positive():
+    with raises("steps: expected an int >= 1, got 0"):
+        train(model(True), lambda: None, 0)
