@@ -161,3 +161,10 @@ def test_fully_masked_query_gives_finite_output_and_gradients(need_weights):
 def test_copy_weights_rejects_other_sizes():
     with pytest.raises(ValueError, match=r"torch_mha: expected embed_dim = 16, num_heads = 4"):
         MultiHeadAttention(D_MODEL, N_HEADS).copy_weights_from(nn.MultiheadAttention(16, 2))
+
+
+@pytest.mark.parametrize("extra", [{"add_bias_kv": True}, {"add_zero_attn": True}, {"kdim": 8}])
+def test_copy_weights_rejects_what_our_module_cannot_hold(extra):
+    torch_mha = nn.MultiheadAttention(D_MODEL, N_HEADS, batch_first=True, **extra)
+    with pytest.raises(ValueError, match=r"; got embed_dim = 16, num_heads = 4, packed"):
+        MultiHeadAttention(D_MODEL, N_HEADS).copy_weights_from(torch_mha)

@@ -32,6 +32,10 @@ def _check_head_counts(d_model: int, n_heads: int, n_kv_heads: int) -> None:
         )
 
 
+def _describe(names: tuple[str, ...], values: tuple) -> str:
+    return ", ".join(f"{name} = {value}" for name, value in zip(names, values, strict=True))
+
+
 class GroupedQueryAttention(nn.Module):
     """Attention with H query heads sharing H_kv key/value heads (Ainslie et al., 2023).
 
@@ -169,17 +173,18 @@ class MultiHeadAttention(GroupedQueryAttention):
         PyTorch stacks W_q, W_k and W_v into one ``in_proj_weight`` of shape (3D, D); the three
         row blocks are our three projections. Returns ``self``.
         """
-        same_shape = (
-            torch_mha.embed_dim == self.d_model
-            and torch_mha.num_heads == self.n_heads
-            and torch_mha.in_proj_weight is not None
-            and (torch_mha.in_proj_bias is not None) == (self.q_proj.bias is not None)
+        names = ("embed_dim", "num_heads", "packed in_proj_weight", "bias", "extra key/value")
+        expected = (self.d_model, self.n_heads, True, self.q_proj.bias is not None, False)
+        got = (
+            torch_mha.embed_dim,
+            torch_mha.num_heads,
+            torch_mha.in_proj_weight is not None,  # False when kdim or vdim differ from D
+            torch_mha.in_proj_bias is not None,
+            torch_mha.bias_k is not None or torch_mha.add_zero_attn,  # not in our module
         )
-        if not same_shape:
+        if got != expected:
             raise ValueError(
-                f"torch_mha: expected embed_dim = {self.d_model}, num_heads = {self.n_heads}, "
-                f"packed in_proj_weight and bias={self.q_proj.bias is not None}; got "
-                f"embed_dim = {torch_mha.embed_dim}, num_heads = {torch_mha.num_heads}"
+                f"torch_mha: expected {_describe(names, expected)}; got {_describe(names, got)}"
             )
         projections = (self.q_proj, self.k_proj, self.v_proj)
         weights = torch_mha.in_proj_weight.detach().chunk(3)  # 3 x (D, D)
