@@ -8,6 +8,7 @@ from attnbook.additive import AdditiveAttention
 from attnbook.attention import masked_softmax, scaled_dot_product_attention
 from attnbook.device import get_device, set_seed
 from attnbook.heads import merge_heads, repeat_kv, split_heads
+from attnbook.kv_budget import kv_cache_bytes_per_token, mean_pool_kv_heads
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads
@@ -44,7 +45,9 @@ __all__ = [
     "encode_words",
     "get_device",
     "greedy_decode",
+    "kv_cache_bytes_per_token",
     "masked_softmax",
+    "mean_pool_kv_heads",
     "merge_heads",
     "padding_mask",
     "plot_attention",
