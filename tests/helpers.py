@@ -3,6 +3,9 @@
 import math
 
 import torch
+from torch import nn
+
+from attnbook import MultiHeadAttention
 
 DEVICES = ["cpu"]
 if torch.cuda.is_available():
@@ -62,3 +65,16 @@ def random_qkv(
         (batch, heads, key_len, value_dim),
     ]
     return [torch.randn(s, generator=generator).to(device=device, dtype=dtype) for s in shapes]
+
+
+def seeded_randn(*shape, device="cpu", seed=1):
+    """Standard normal numbers from a private generator: the same on every device."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+def mha_pair(d_model, n_heads, device, *, bias=True):
+    """A seeded nn.MultiheadAttention and an attnbook MultiHeadAttention holding its weights."""
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).to(device)
+    ours = MultiHeadAttention(d_model, n_heads, bias=bias).to(device).copy_weights_from(theirs)
+    return ours.eval(), theirs.eval()

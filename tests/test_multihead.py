@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES, TOLERANCES, as_float64, reference_attention
+from helpers import DEVICES, TOLERANCES, as_float64, mha_pair, reference_attention, seeded_randn
 from torch import nn
 
 from attnbook import (
@@ -20,21 +20,14 @@ D_MODEL, N_HEADS = 16, 4
 
 
 def make_pair(device, *, bias=True):
-    torch.manual_seed(0)
-    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, bias=bias, batch_first=True).to(device)
-    ours = MultiHeadAttention(D_MODEL, N_HEADS, bias=bias).to(device).copy_weights_from(theirs)
-    return ours.eval(), theirs.eval()
-
-
-def inputs(*shape, device="cpu", seed=1):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+    return mha_pair(D_MODEL, N_HEADS, device, bias=bias)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bias", [True, False])
 def test_self_attention_matches_nn_multihead(device, bias):
     ours, theirs = make_pair(device, bias=bias)
-    x = inputs(2, 5, D_MODEL, device=device)
+    x = seeded_randn(2, 5, D_MODEL, device=device)
     expected, expected_weights = theirs(x, x, x, average_attn_weights=False)
     output, weights = ours(x, need_weights=True)
     torch.testing.assert_close(output, expected)
@@ -45,7 +38,7 @@ def test_self_attention_matches_nn_multihead(device, bias):
 @pytest.mark.parametrize("device", DEVICES)
 def test_causal_mask_polarity_is_opposite_to_nn_multihead(device):
     ours, theirs = make_pair(device)
-    x = inputs(2, 6, D_MODEL, device=device)
+    x = seeded_randn(2, 6, D_MODEL, device=device)
     allowed = causal_mask(6, device=device)  # True = attend (ours, SDPA)
     expected, _ = theirs(x, x, x, attn_mask=~allowed)  # True = block (nn.MultiheadAttention)
     for need_weights in (True, False):
@@ -57,8 +50,8 @@ def test_causal_mask_polarity_is_opposite_to_nn_multihead(device):
 def test_cross_attention_with_padding_matches_nn_multihead(device):
     ours, theirs = make_pair(device)
     query, memory = (
-        inputs(3, 4, D_MODEL, device=device),
-        inputs(3, 7, D_MODEL, device=device, seed=2),
+        seeded_randn(3, 4, D_MODEL, device=device),
+        seeded_randn(3, 7, D_MODEL, device=device, seed=2),
     )
     lengths = torch.tensor([7, 5, 2])
     keep = padding_mask(lengths, 7, device=device)  # (B, S)
@@ -74,7 +67,7 @@ def test_cross_attention_with_padding_matches_nn_multihead(device):
 def test_gqa_matches_torch_enable_gqa_and_both_paths_agree(device, n_kv_heads):
     torch.manual_seed(0)
     module = GroupedQueryAttention(D_MODEL, N_HEADS, n_kv_heads).to(device).eval()
-    x = inputs(2, 6, D_MODEL, device=device)
+    x = seeded_randn(2, 6, D_MODEL, device=device)
     q = split_heads(module.q_proj(x), N_HEADS)
     k = split_heads(module.k_proj(x), n_kv_heads)
     v = split_heads(module.v_proj(x), n_kv_heads)
@@ -92,7 +85,7 @@ def test_gqa_with_all_kv_heads_equals_mha():
     mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()
     gqa = GroupedQueryAttention(D_MODEL, N_HEADS, N_HEADS).eval()
     gqa.load_state_dict(mha.state_dict())
-    x = inputs(2, 5, D_MODEL)
+    x = seeded_randn(2, 5, D_MODEL)
     torch.testing.assert_close(gqa(x, need_weights=True)[0], mha(x, need_weights=True)[0])
 
 
@@ -122,7 +115,7 @@ def test_split_then_merge_heads_is_identity_and_keeps_tokens_apart():
 def test_half_precision_paths_agree_with_float64(dtype):
     torch.manual_seed(0)
     module = MultiHeadAttention(D_MODEL, N_HEADS).eval()
-    x = inputs(2, 5, D_MODEL)
+    x = seeded_randn(2, 5, D_MODEL)
     q, k, v = (split_heads(p(x), N_HEADS) for p in (module.q_proj, module.k_proj, module.v_proj))
     heads, _ = reference_attention(q, k, v, causal_mask(5))
     expected = module.out_proj(merge_heads(heads.float())).double()
@@ -135,7 +128,7 @@ def test_half_precision_paths_agree_with_float64(dtype):
 def test_dropout_only_in_training():
     torch.manual_seed(0)
     module = MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.5)
-    x = inputs(2, 5, D_MODEL)
+    x = seeded_randn(2, 5, D_MODEL)
     module.eval()
     first, _ = module(x)
     torch.testing.assert_close(module(x)[0], first)
@@ -148,7 +141,7 @@ def test_dropout_only_in_training():
 def test_fully_masked_query_gives_finite_output_and_gradients(need_weights):
     torch.manual_seed(0)
     module = MultiHeadAttention(D_MODEL, N_HEADS)
-    x = inputs(2, 4, D_MODEL).requires_grad_(True)
+    x = seeded_randn(2, 4, D_MODEL).requires_grad_(True)
     keep = torch.ones(4, 4, dtype=torch.bool)
     keep[2] = False
     output, _ = module(x, mask=keep, need_weights=need_weights)

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES
+from helpers import DEVICES, mha_pair, seeded_randn
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -28,15 +28,8 @@ D_MODEL, N_HEADS = 12, 3
 HEAD_DIM = D_MODEL // N_HEADS
 
 
-def inputs(*shape, device="cpu", seed=1):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
-
-
 def make_pair(device):
-    torch.manual_seed(0)
-    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, batch_first=True).to(device).eval()
-    ours = MultiHeadAttention(D_MODEL, N_HEADS).to(device).eval().copy_weights_from(theirs)
-    return ours, theirs
+    return mha_pair(D_MODEL, N_HEADS, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -47,7 +40,7 @@ def test_loop_of_single_heads_equals_module_with_stacked_weights(device):
         for _ in range(N_HEADS)
     ]
     out_proj = nn.Linear(D_MODEL, D_MODEL).to(device)
-    x = inputs(2, 5, D_MODEL, device=device)
+    x = seeded_randn(2, 5, D_MODEL, device=device)
 
     outputs, weights = zip(
         *(scaled_dot_product_attention(h["q"](x), h["k"](x), h["v"](x)) for h in heads),
@@ -72,7 +65,7 @@ def test_loop_of_single_heads_equals_module_with_stacked_weights(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_proj_weight_is_the_fused_qkv_projection(device):
     ours, theirs = make_pair(device)
-    x = inputs(2, 5, D_MODEL, device=device)
+    x = seeded_randn(2, 5, D_MODEL, device=device)
     fused = F.linear(x, theirs.in_proj_weight, theirs.in_proj_bias).chunk(3, dim=-1)
     for chunk, projection in zip(fused, (ours.q_proj, ours.k_proj, ours.v_proj), strict=True):
         torch.testing.assert_close(chunk, projection(x))
@@ -85,7 +78,7 @@ def test_in_proj_weight_is_the_fused_qkv_projection(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_default_averaged_weights_are_the_mean_of_our_heads(device):
     ours, theirs = make_pair(device)
-    x = inputs(2, 5, D_MODEL, device=device)
+    x = seeded_randn(2, 5, D_MODEL, device=device)
     keep = padding_mask([5, 3], 5, device=device)  # (B, S)
     allowed = keep[:, None, None, :] & causal_mask(5, device=device)  # (B, 1, T, S)
     with torch.no_grad():
@@ -113,7 +106,10 @@ def test_parameter_count_does_not_depend_on_heads(n_heads, bias):
 def test_explicit_path_flops_do_not_depend_on_heads(n_heads):
     batch, length, source_length, width = 2, 10, 7, 64
     module = MultiHeadAttention(width, n_heads).eval()
-    query, memory = inputs(batch, length, width), inputs(batch, source_length, width, seed=2)
+    query, memory = (
+        seeded_randn(batch, length, width),
+        seeded_randn(batch, source_length, width, seed=2),
+    )
     with FlopCounterMode(display=False) as flops:
         module(query, memory, need_weights=True)
     projections = 2 * batch * (2 * length + 2 * source_length) * width**2  # q, out; k, v
@@ -124,9 +120,9 @@ def test_explicit_path_flops_do_not_depend_on_heads(n_heads):
 @pytest.mark.parametrize("device", DEVICES)
 def test_cross_attention_with_distinct_key_and_value_matches_nn_multihead(device):
     ours, theirs = make_pair(device)
-    query = inputs(2, 4, D_MODEL, device=device)
-    key = inputs(2, 7, D_MODEL, device=device, seed=2)
-    value = inputs(2, 7, D_MODEL, device=device, seed=3)
+    query = seeded_randn(2, 4, D_MODEL, device=device)
+    key = seeded_randn(2, 7, D_MODEL, device=device, seed=2)
+    value = seeded_randn(2, 7, D_MODEL, device=device, seed=3)
     keep = padding_mask([7, 5], 7, device=device)  # (B, S)
     with torch.no_grad():
         expected, expected_weights = theirs(
@@ -161,7 +157,7 @@ def test_direct_view_to_heads_mixes_tokens_but_split_heads_does_not():
 
 def test_scale_uses_the_head_width_not_the_model_width():
     ours, _ = make_pair("cpu")
-    x = inputs(1, 5, D_MODEL)
+    x = seeded_randn(1, 5, D_MODEL)
     _, weights = ours(x, need_weights=True)
     q = split_heads(ours.q_proj(x), N_HEADS)
     k = split_heads(ours.k_proj(x), N_HEADS)
