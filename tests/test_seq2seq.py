@@ -130,15 +130,15 @@ def test_decoder_input_batch_must_match():
 
 
 def test_model_sizes_must_be_positive():
-    with raises("hidden_dim: expected an int >= 1, got 0"):
+    with raises("hidden_dim: expected a positive int, got 0"):
         Seq2Seq(V, E, 0, attention=True)
 
 
 def test_greedy_max_len_must_be_positive():
-    with raises("max_len: expected an int >= 1, got 0"):
+    with raises("max_len: expected a positive int, got 0"):
         greedy_decode(model(True), *encode_words(WORDS), max_len=0)
 
 
 def test_train_steps_must_be_positive():
-    with raises("steps: expected an int >= 1, got 0"):
+    with raises("steps: expected a positive int, got 0"):
         train(model(True), lambda: None, 0)

@@ -60,12 +60,12 @@ def test_encode_then_decode_round_trips_with_padding():
 
 
 def test_bad_batch_size():
-    with raises("batch_size: expected an int >= 1, got 0"):
+    with raises("batch_size: expected a positive int, got 0"):
         reversal_batch(0, 3, 5, generator=torch.Generator())
 
 
 def test_bad_min_len():
-    with raises("min_len: expected an int >= 1, got 0"):
+    with raises("min_len: expected a positive int, got 0"):
         reversal_batch(4, 0, 5, generator=torch.Generator())
 
 

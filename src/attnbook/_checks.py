@@ -13,6 +13,17 @@ def shape_of(tensor: Tensor) -> str:
     return str(tuple(tensor.shape))
 
 
+def check_int(name: str, value: object, low: int = 1, high: int | None = None) -> None:
+    """``value`` is an int (not a bool) in [low, high]; ``high=None`` means no upper bound."""
+    bad_type = isinstance(value, bool) or not isinstance(value, int)
+    if bad_type or value < low or (high is not None and value > high):
+        if high is not None:
+            expected = f"an int in [{low}, {high}]"
+        else:
+            expected = "a positive int" if low == 1 else f"an int >= {low}"
+        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+
+
 def check_probability(name: str, p: float) -> None:
     """Dropout probabilities live in [0, 1): p = 1 would drop every weight."""
     if not 0.0 <= p < 1.0:

@@ -8,12 +8,8 @@ value projections of each group, the conversion of Ainslie et al. (2023).
 
 import torch
 
+from attnbook._checks import check_int
 from attnbook.multihead import GroupedQueryAttention
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
 
 
 def kv_cache_bytes_per_token(
@@ -25,12 +21,12 @@ def kv_cache_bytes_per_token(
     whose ``itemsize`` is used. Multiply by the number of tokens (and the batch size) for a
     whole cache.
     """
-    _check_positive_int("n_layers", n_layers)
-    _check_positive_int("n_kv_heads", n_kv_heads)
-    _check_positive_int("head_dim", head_dim)
+    check_int("n_layers", n_layers)
+    check_int("n_kv_heads", n_kv_heads)
+    check_int("head_dim", head_dim)
     if isinstance(bytes_per_element, torch.dtype):
         bytes_per_element = bytes_per_element.itemsize
-    _check_positive_int("bytes_per_element", bytes_per_element)
+    check_int("bytes_per_element", bytes_per_element)
     return 2 * n_layers * n_kv_heads * head_dim * bytes_per_element
 
 
@@ -61,7 +57,7 @@ def mean_pool_kv_heads(attention: GroupedQueryAttention, n_kv_heads: int) -> Gro
             "attention: expected a MultiHeadAttention or GroupedQueryAttention, got "
             f"{type(attention).__name__}"
         )
-    _check_positive_int("n_kv_heads", n_kv_heads)
+    check_int("n_kv_heads", n_kv_heads)
     if attention.n_kv_heads % n_kv_heads:
         raise ValueError(
             f"n_kv_heads: {n_kv_heads} does not divide the {attention.n_kv_heads} key/value heads "

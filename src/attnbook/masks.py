@@ -5,13 +5,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnbook._checks import check_int
+
 ALIGNMENTS = ("top-left", "bottom-right")
 PADDING_SIDES = ("right", "left")
-
-
-def _check_length(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
 
 
 def causal_mask(
@@ -28,9 +25,9 @@ def causal_mask(
     the S positions, so query i sees keys 0..i + (S - T); this is what decoding with a KV cache
     needs. The two agree when T == S. ``key_len`` defaults to ``query_len``.
     """
-    _check_length("query_len", query_len)
+    check_int("query_len", query_len)
     key_len = query_len if key_len is None else key_len
-    _check_length("key_len", key_len)
+    check_int("key_len", key_len)
     if align not in ALIGNMENTS:
         raise ValueError(f"align: expected one of {ALIGNMENTS}, got {align!r}")
     offset = 0 if align == "top-left" else key_len - query_len
@@ -53,7 +50,7 @@ def padding_mask(
     ``mask[:, None, :]`` against scores (B, T, S), ``mask[:, None, None, :]`` against
     (B, H, T, S).
     """
-    _check_length("max_len", max_len)
+    check_int("max_len", max_len)
     if side not in PADDING_SIDES:
         raise ValueError(f"side: expected one of {PADDING_SIDES}, got {side!r}")
     lengths = torch.as_tensor(lengths, device=device)

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnbook._checks import check_tensor, shape_of
+from attnbook._checks import check_int, check_tensor, shape_of
 from attnbook.additive import AdditiveAttention
 from attnbook.masks import padding_mask
-from attnbook.tasks import BOS, EOS, PAD, check_int
+from attnbook.tasks import BOS, EOS, PAD
 from attnbook.trace import record
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnbook._checks import check_tensor
+from attnbook._checks import check_int, check_tensor
 from attnbook.masks import padding_mask
 
 PAD, BOS, EOS = 0, 1, 2
@@ -33,14 +33,6 @@ class Batch:
     source_lengths: Tensor
     target: Tensor
     target_lengths: Tensor
-
-
-def check_int(name: str, value: object, low: int, high: int | None = None) -> None:
-    """``value`` is an int (not a bool) in [low, high]; ``high=None`` means no upper bound."""
-    bad_type = isinstance(value, bool) or not isinstance(value, int)
-    if bad_type or value < low or (high is not None and value > high):
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name}: expected an int {bound}, got {value!r}")
 
 
 def reverse_words(source: Tensor, source_lengths: Tensor) -> Tensor:

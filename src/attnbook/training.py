@@ -5,8 +5,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from attnbook._checks import check_int
 from attnbook.seq2seq import Seq2Seq, greedy_decode, shift_right
-from attnbook.tasks import PAD, Batch, check_int
+from attnbook.tasks import PAD, Batch
 
 
 def sequence_loss(model: Seq2Seq, batch: Batch) -> torch.Tensor:
