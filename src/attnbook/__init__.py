@@ -6,9 +6,12 @@ H_kv key/value heads, D model width, d_head head width. Boolean masks mean True 
 
 from attnbook.additive import AdditiveAttention
 from attnbook.attention import masked_softmax, scaled_dot_product_attention
+from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate
 from attnbook.device import get_device, set_seed
+from attnbook.efficient import TensorMemoryMeter, online_softmax, tiled_attention
 from attnbook.heads import merge_heads, repeat_kv, split_heads
 from attnbook.kv_budget import kv_cache_bytes_per_token, mean_pool_kv_heads
+from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads
@@ -30,25 +33,31 @@ __all__ = [
     "AdditiveAttention",
     "AdditiveScore",
     "AttentionDecoder",
+    "DecoderBlock",
     "DotScore",
     "Encoder",
     "EncoderOutput",
     "GeneralScore",
     "GroupedQueryAttention",
+    "KVCache",
     "MultiHeadAttention",
     "PlainDecoder",
     "ScaledDotScore",
     "Seq2Seq",
     "ShapeTrace",
+    "TensorMemoryMeter",
+    "TinyDecoder",
     "causal_mask",
     "decode_ids",
     "encode_words",
     "get_device",
     "greedy_decode",
+    "greedy_generate",
     "kv_cache_bytes_per_token",
     "masked_softmax",
     "mean_pool_kv_heads",
     "merge_heads",
+    "online_softmax",
     "padding_mask",
     "plot_attention",
     "plot_heads",
@@ -60,6 +69,7 @@ __all__ = [
     "set_seed",
     "shift_right",
     "split_heads",
+    "tiled_attention",
     "token_accuracy",
     "trace_shapes",
     "train",

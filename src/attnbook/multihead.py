@@ -4,6 +4,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook._checks import (
+    check_int,
     check_mask,
     check_mask_or_causal,
     check_probability,
@@ -13,13 +14,14 @@ from attnbook._checks import (
 )
 from attnbook.attention import scaled_dot_product_attention
 from attnbook.heads import merge_heads, repeat_kv, split_heads
+from attnbook.kv_cache import KVCache
+from attnbook.masks import causal_mask
 from attnbook.trace import record
 
 
 def _check_head_counts(d_model: int, n_heads: int, n_kv_heads: int) -> None:
     for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        check_int(name, value)
     if d_model % n_heads:
         raise ValueError(
             f"d_model: {d_model} is not divisible by n_heads = {n_heads}; each head needs "
@@ -49,6 +51,11 @@ class GroupedQueryAttention(nn.Module):
     broadcast to (B, H, T, S). Returns (output (B, T, D), weights (B, H, T, S) or None).
     Without ``need_weights`` it calls PyTorch's fused ``F.scaled_dot_product_attention``, which
     never materialises the weights; with it, the library's explicit version. Both agree.
+
+    ``cache``: a :class:`attnbook.KVCache` for decoding. The new keys and values are appended to
+    it and the T queries attend over all S cached positions, so S counts the cached ones too
+    (a ``mask`` must broadcast to that S). With ``is_causal`` the queries are taken to be the
+    *last* T positions: the mask is ``causal_mask(T, S, align="bottom-right")``.
     """
 
     def __init__(
@@ -74,7 +81,13 @@ class GroupedQueryAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def _check_inputs(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, is_causal: bool
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+        cache: KVCache | None = None,
     ) -> None:
         layouts = {"query": "(B, T, D)", "key": "(B, S, D)", "value": "(B, S, D)"}
         for name, tensor in (("query", query), ("key", key), ("value", value)):
@@ -96,8 +109,11 @@ class GroupedQueryAttention(nn.Module):
                 f"value.shape = {shape_of(value)}"
             )
         check_mask_or_causal(mask, is_causal)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise ValueError(f"cache: expected an attnbook.KVCache or None, got {type(cache)}")
         if mask is not None:
-            scores_shape = (query.size(0), self.n_heads, query.size(1), key.size(1))
+            key_len = key.size(1) + (0 if cache is None else len(cache))
+            scores_shape = (query.size(0), self.n_heads, query.size(1), key_len)
             check_mask(mask, scores_shape, "(B, H, T, S)")
 
     def forward(
@@ -109,13 +125,13 @@ class GroupedQueryAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         if key is None and value is not None:
             raise ValueError("key: got value but no key; pass both for cross-attention")
         key = query if key is None else key
         value = key if value is None else value
-        self._check_inputs(query, key, value, mask, is_causal)
-        dropout_p = self.dropout if self.training else 0.0
+        self._check_inputs(query, key, value, mask, is_causal, cache)
 
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, d_head)
         k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, S, d_head)
@@ -123,36 +139,61 @@ class GroupedQueryAttention(nn.Module):
         record("q", q, "B H T d_head", "queries, projected and split into heads")
         record("k", k, "B H_kv S d_head", "keys, one per key/value head")
         record("v", v, "B H_kv S d_head", "values, one per key/value head")
+        if cache is not None:
+            k, v = self._extend_cache(cache, k, v)  # (B, H_kv, S, d_head): cached and new
+            if is_causal and q.size(2) != k.size(2):
+                mask = causal_mask(q.size(2), k.size(2), align="bottom-right", device=q.device)
+                is_causal = False  # the (T, S) mask above says it, aligned bottom-right
 
         if need_weights:
-            group_size = self.n_heads // self.n_kv_heads
-            if group_size > 1:
-                k = repeat_kv(k, group_size)  # (B, H, S, d_head)
-                v = repeat_kv(v, group_size)  # (B, H, S, d_head)
-                record("k repeated", k, "B H S d_head", "each key head copied for its group")
-                record("v repeated", v, "B H S d_head", "each value head copied for its group")
-            heads, weights = scaled_dot_product_attention(
-                q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
-            )  # (B, H, T, d_head), (B, H, T, S)
+            heads, weights = self._attend_explicitly(q, k, v, mask, is_causal)
         else:
-            if mask is not None and mask.dtype.is_floating_point:
-                mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
-            heads = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask,
-                dropout_p=dropout_p,
-                is_causal=is_causal,
-                enable_gqa=self.n_kv_heads != self.n_heads,
-            )  # (B, H, T, d_head)
-            weights = None
-            record("attended", heads, "B H T d_head", "PyTorch's fused kernel; no weights kept")
+            heads, weights = self._attend_fused(q, k, v, mask, is_causal), None
         merged = merge_heads(heads)  # (B, T, D)
         record("merged", merged, "B T D", "heads concatenated back to model width")
         output = self.out_proj(merged)  # (B, T, D)
         record("output", output, "B T D", "output projection")
         return output, weights
+
+    def _extend_cache(self, cache: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the new keys and values (B, H_kv, T, d_head) and return all S cached ones."""
+        k, v = cache.append(k, v)  # (B, H_kv, S, d_head)
+        record("k cache", k, "B H_kv S d_head", "cached keys: every position so far")
+        record("v cache", v, "B H_kv S d_head", "cached values: every position so far")
+        return k, v
+
+    def _attend_explicitly(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        """The library's attention, which keeps the weights; K and V copied for each group."""
+        group_size = self.n_heads // self.n_kv_heads
+        if group_size > 1:
+            k = repeat_kv(k, group_size)  # (B, H, S, d_head)
+            v = repeat_kv(v, group_size)  # (B, H, S, d_head)
+            record("k repeated", k, "B H S d_head", "each key head copied for its group")
+            record("v repeated", v, "B H S d_head", "each value head copied for its group")
+        dropout_p = self.dropout if self.training else 0.0
+        return scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
+        )  # (B, H, T, d_head), (B, H, T, S)
+
+    def _attend_fused(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
+        """PyTorch's fused kernel, which shares the key/value heads itself and keeps no weights."""
+        if mask is not None and mask.dtype.is_floating_point:
+            mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
+        heads = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )  # (B, H, T, d_head)
+        record("attended", heads, "B H T d_head", "PyTorch's fused kernel; no weights kept")
+        return heads
 
 
 class MultiHeadAttention(GroupedQueryAttention):

@@ -1,0 +1,1 @@
+"""Benchmarks for the book's attention code: run them with ``python -m attnbook.bench``."""

@@ -1,0 +1,48 @@
+"""``python -m attnbook.bench [--quick] [--threads N]``: every benchmark of the book, one run.
+
+Prints three tables: attention kernels (time and peak extra memory), attention modules (time),
+and KV-cache decoding against recomputation (from :mod:`attnbook.bench.decoding`), each with
+its target and a met / NOT met verdict, then the total wall-clock time.
+"""
+
+import argparse
+import importlib
+import platform
+import time
+
+import torch
+
+from attnbook.bench import attention
+
+
+def decoding_table(quick: bool) -> str:
+    """The KV-cache decoding table, or one line saying why it is not available."""
+    try:
+        decoding = importlib.import_module("attnbook.bench.decoding")
+    except ImportError as error:
+        return f"KV-cache decoding benchmark: not available ({error})"
+    return decoding.run(quick)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m attnbook.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (smoke test)")
+    parser.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads (default 2)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    print(
+        f"attnbook benchmarks{' (quick)' if args.quick else ''}: torch {torch.__version__}, "
+        f"{platform.machine()}, {torch.get_num_threads()} threads\n",
+        flush=True,
+    )
+    print(attention.format_kernels(attention.kernel_benchmark(args.quick), args.quick), flush=True)
+    print(flush=True)
+    print(attention.format_modules(attention.module_benchmark(args.quick), args.quick), flush=True)
+    print(flush=True)
+    print(decoding_table(args.quick), flush=True)
+    print(f"\ntotal: {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

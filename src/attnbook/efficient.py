@@ -1,0 +1,210 @@
+"""Memory-efficient attention in plain PyTorch, and a meter for the memory it saves.
+
+:func:`online_softmax` computes a softmax with the normaliser found in one pass over blocks: a
+running maximum and a running sum that is rescaled whenever the maximum grows (Milakov and
+Gimelshein, 2018). :func:`tiled_attention` applies the same idea to attention, in the manner of
+FlashAttention (Dao et al., 2022): it walks over blocks of keys and values and never holds the
+(T, S) matrix of scores, only one (block_q, block_k) tile of it at a time.
+
+:class:`TensorMemoryMeter` measures the bytes of the tensors that PyTorch operations create
+inside a ``with`` block, inputs excluded, and reports the peak: deterministic on any device,
+because it counts tensors rather than asking the operating system.
+"""
+
+import math
+import weakref
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from attnbook.attention import check_attention_inputs
+from attnbook.masks import ALIGNMENTS
+
+_NEG_INF = float("-inf")
+
+
+def _check_block_size(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+def online_softmax(scores: Tensor, block_size: int = 128) -> Tensor:
+    """Softmax over the last dim, its normaliser computed in one pass over blocks of columns.
+
+    For each block the running maximum m and the running sum l of exp(x - m) are updated:
+    ``m_new = max(m, max(block))``, ``l = l * exp(m - m_new) + sum(exp(block - m_new))``. After
+    the last block, ``softmax(x) = exp(x - m) / l``. Entries equal to -inf get zero weight, and a
+    row with every entry -inf becomes all zeros (as :func:`attnbook.masked_softmax`).
+    """
+    _check_block_size("block_size", block_size)
+    if not isinstance(scores, Tensor) or scores.dim() < 1:
+        raise ValueError("scores: expected a tensor with at least 1 dim (..., S)")
+    running_max = scores.new_full(scores.shape[:-1], _NEG_INF)  # (...,)
+    running_sum = scores.new_zeros(scores.shape[:-1])  # (...,)
+    for start in range(0, scores.size(-1), block_size):
+        block = scores[..., start : start + block_size]  # (..., block)
+        new_max = torch.maximum(running_max, block.amax(dim=-1))  # (...,)
+        safe_max = torch.where(new_max == _NEG_INF, 0.0, new_max)  # (...,)
+        rescale = torch.exp(running_max - safe_max)  # (...,): 0 while the row saw only -inf
+        block_sum = torch.exp(block - safe_max[..., None]).sum(dim=-1)  # (...,)
+        running_sum = running_sum * rescale + block_sum
+        running_max = new_max
+    safe_max = torch.where(running_max == _NEG_INF, 0.0, running_max)  # (...,)
+    safe_sum = torch.where(running_sum > 0, running_sum, 1.0)  # (...,)
+    return torch.exp(scores - safe_max[..., None]) / safe_sum[..., None]  # (..., S)
+
+
+def _block_mask(
+    mask: Tensor | None,
+    causal_offset: int | None,
+    q_start: int,
+    q_stop: int,
+    k_start: int,
+    k_stop: int,
+    device: torch.device,
+) -> Tensor | None:
+    """The mask of one (block_q, block_k) tile: the user's mask sliced, and/or the causal one."""
+    tile = None
+    if mask is not None:
+        rows = mask[..., q_start:q_stop, :] if mask.dim() >= 2 and mask.size(-2) > 1 else mask
+        tile = rows[..., k_start:k_stop] if rows.size(-1) > 1 else rows  # (..., bq, bk)
+    if causal_offset is not None:
+        query_pos = torch.arange(q_start, q_stop, device=device)[:, None]  # (bq, 1)
+        key_pos = torch.arange(k_start, k_stop, device=device)[None, :]  # (1, bk)
+        causal = key_pos <= query_pos + causal_offset  # (bq, bk)
+        tile = causal if tile is None else tile & causal  # bool masks only (checked by caller)
+    return tile
+
+
+def tiled_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    causal_align: str = "top-left",
+    scale: float | None = None,
+    block_q: int = 256,
+    block_k: int = 256,
+) -> Tensor:
+    """Exact softmax(q k^T * scale + mask) v without ever holding the (..., T, S) scores.
+
+    Shapes as in :func:`attnbook.scaled_dot_product_attention`: query (..., T, d), key
+    (..., S, d), value (..., S, d_v); returns only the output (..., T, d_v). There are no
+    weights to return: they never exist as one tensor.
+
+    For each block of ``block_q`` queries, the key/value blocks of ``block_k`` keys are visited
+    in order, keeping per query a running maximum m, a running denominator l and an unnormalised
+    output; when m grows, l and the output are rescaled by exp(m_old - m_new). Extra memory is
+    the output plus one (..., block_q, block_k) tile: linear in T for fixed block sizes.
+
+    mask: boolean (True = attend) or floating (added), broadcastable to (..., T, S), as in the
+    library's explicit function. ``is_causal``: query i sees keys 0..i (``causal_align=
+    "top-left"``, PyTorch's ``is_causal``) or 0..i + S - T (``"bottom-right"``, what a KV cache
+    needs); the causal mask is made per tile, and key blocks that no query of a block may see
+    are skipped. A query row with nothing to attend to gets a zero output, never NaN. Float16 and
+    bfloat16 are computed in float32, and the output has the value's dtype.
+    """
+    check_attention_inputs(query, key, value, mask, is_causal)
+    _check_block_size("block_q", block_q)
+    _check_block_size("block_k", block_k)
+    if causal_align not in ALIGNMENTS:
+        raise ValueError(f"causal_align: expected one of {ALIGNMENTS}, got {causal_align!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.size(-1))
+    T, S = query.size(-2), key.size(-2)
+    causal_offset = None
+    if is_causal:
+        causal_offset = 0 if causal_align == "top-left" else S - T
+    work_dtype = torch.promote_types(query.dtype, torch.float32)
+    batch_shape = torch.broadcast_shapes(query.shape[:-2], value.shape[:-2])
+    output = query.new_empty((*batch_shape, T, value.size(-1)), dtype=value.dtype)  # (..., T, d_v)
+
+    for q_start in range(0, T, block_q):
+        q_stop = min(q_start + block_q, T)
+        q_block = query[..., q_start:q_stop, :].to(work_dtype) * scale  # (..., bq, d)
+        running_max = q_block.new_full((*q_block.shape[:-1], 1), _NEG_INF)  # (..., bq, 1)
+        running_sum = q_block.new_zeros((*q_block.shape[:-1], 1))  # (..., bq, 1)
+        accumulator = q_block.new_zeros((*q_block.shape[:-1], value.size(-1)))  # (..., bq, d_v)
+        k_end = S if causal_offset is None else max(0, min(S, q_stop - 1 + causal_offset + 1))
+        for k_start in range(0, k_end, block_k):
+            k_stop = min(k_start + block_k, S)
+            k_block = key[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d)
+            v_block = value[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d_v)
+            scores = q_block @ k_block.transpose(-2, -1)  # (..., bq, bk)
+            tile_mask = _block_mask(
+                mask, causal_offset, q_start, q_stop, k_start, k_stop, query.device
+            )
+            if tile_mask is not None and tile_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~tile_mask, _NEG_INF)
+            elif tile_mask is not None:
+                scores = scores + tile_mask.to(work_dtype)
+            new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
+            safe_max = torch.where(new_max == _NEG_INF, 0.0, new_max)  # (..., bq, 1)
+            rescale = torch.exp(running_max - safe_max)  # (..., bq, 1)
+            probabilities = torch.exp(scores - safe_max)  # (..., bq, bk), unnormalised
+            running_sum = running_sum * rescale + probabilities.sum(dim=-1, keepdim=True)
+            accumulator = accumulator * rescale + probabilities @ v_block  # (..., bq, d_v)
+            running_max = new_max
+        denominator = torch.where(running_sum > 0, running_sum, 1.0)  # (..., bq, 1)
+        output[..., q_start:q_stop, :] = (accumulator / denominator).to(value.dtype)
+    return output
+
+
+class TensorMemoryMeter(TorchDispatchMode):
+    """Peak bytes of the tensors created by PyTorch operations inside the ``with`` block.
+
+    Every operation run in the block is seen on its way through PyTorch's dispatcher. Each
+    tensor it returns in new memory is counted (``numel * element_size`` of its storage) until
+    the last tensor using that memory is freed; views and in-place results of existing memory
+    add nothing; tensors that existed before the block (the inputs) are not counted. So
+    ``peak_bytes`` is the most memory the block's own tensors held at one time: the *extra*
+    memory of the computation, the same on every run and every machine.
+
+    What it cannot see: scratch memory a single fused kernel allocates and frees inside itself
+    (PyTorch's fused attention keeps a few small per-thread blocks there), and the allocator's
+    own overhead. ``live_bytes`` is what is still held when read.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self._users: dict[int, int] = {}  # storage address -> number of live tensors using it
+        self._sizes: dict[int, int] = {}  # storage address -> bytes
+
+    def _release(self, address: int) -> None:
+        self._users[address] -= 1
+        if self._users[address] == 0:
+            self.live_bytes -= self._sizes.pop(address)
+            del self._users[address]
+
+    def _track(self, tensor: Tensor, input_addresses: set[int], input_ids: set[int]) -> None:
+        if id(tensor) in input_ids:
+            return  # an in-place operation handed back its own input
+        storage = tensor.untyped_storage()
+        address, size = storage.data_ptr(), storage.nbytes()
+        if size == 0:
+            return
+        if address in input_addresses and address not in self._sizes:
+            return  # a view of memory from before the block
+        if address not in self._sizes:
+            self._sizes[address] = size
+            self._users[address] = 0
+            self.live_bytes += size
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        self._users[address] += 1
+        weakref.finalize(tensor, self._release, address)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        inputs = [x for x in tree_flatten((args, kwargs or {}))[0] if isinstance(x, Tensor)]
+        input_addresses = {x.untyped_storage().data_ptr() for x in inputs}
+        input_ids = {id(x) for x in inputs}
+        result = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(result)[0]:
+            if isinstance(tensor, Tensor) and tensor.device.type != "meta":
+                self._track(tensor, input_addresses, input_ids)
+        return result

@@ -1,0 +1,59 @@
+"""The benchmark suite runs in quick mode and prints the tables it promises (timings unchecked)."""
+
+import pytest
+
+from attnbook.bench import __main__ as bench_main
+from attnbook.bench import attention
+
+
+@pytest.fixture(scope="module")
+def quick_output():
+    import io
+    from contextlib import redirect_stdout
+
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        bench_main.main(["--quick", "--threads", "1"])
+    return buffer.getvalue()
+
+
+def test_kernel_results_have_every_implementation_and_length():
+    results = attention.kernel_benchmark(quick=True)
+    assert [r.length for r in results] == list(attention.QUICK["lengths"])
+    for r in results:
+        assert set(r.seconds) == set(r.peak_bytes) == {"explicit", "tiled", "sdpa"}
+        assert all(seconds > 0 for seconds in r.seconds.values())
+        assert r.peak_bytes["explicit"] > 0 and r.peak_bytes["tiled"] > 0
+    length, ratio, _ = attention.memory_verdict(results)
+    assert length == attention.QUICK["lengths"][-1] and ratio > 0
+
+
+def test_module_results_cover_mha_and_gqa():
+    results = attention.module_benchmark(quick=True)
+    kinds = [(r.length, r.kind) for r in results]
+    assert kinds == [(t, kind) for t in attention.QUICK["lengths"] for kind in ("MHA", "GQA")]
+    for r in results:
+        expected = {"bare", "attnbook", "torch"} if r.kind == "MHA" else {"bare", "attnbook"}
+        assert set(r.seconds) == expected
+
+
+def test_quick_run_prints_three_tables_with_verdicts(quick_output):
+    assert "Attention kernels" in quick_output
+    assert "Attention modules" in quick_output
+    assert "KV-cache decoding" in quick_output
+    targets = [line for line in quick_output.splitlines() if line.startswith("target:")]
+    assert len(targets) >= 2
+    assert all(any(word in line for word in ("met", "not measured")) for line in targets)
+    kernel_header = next(line for line in quick_output.splitlines() if "explicit ms" in line)
+    assert kernel_header.split()[:4] == ["T", "explicit", "ms", "tiled"]
+    assert quick_output.rstrip().splitlines()[-1].startswith("total:")
+
+
+def test_decoding_table_says_when_the_module_is_missing(monkeypatch):
+    def missing(name):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(bench_main.importlib, "import_module", missing)
+    assert bench_main.decoding_table(quick=True).startswith(
+        "KV-cache decoding benchmark: not available"
+    )

@@ -1,0 +1,98 @@
+"""The tiny decoder-only model, greedy generation with and without a cache, and its benchmark."""
+
+import re
+
+import pytest
+import torch
+
+from attnbook import TinyDecoder, greedy_generate, kv_cache_bytes_per_token, trace_shapes
+from attnbook.bench import decoding
+
+VOCAB, D_MODEL, N_HEADS, N_LAYERS, MAX_LEN = 50, 32, 4, 2, 40
+
+
+def model(n_kv_heads=N_HEADS):
+    torch.manual_seed(0)
+    return TinyDecoder(VOCAB, D_MODEL, N_HEADS, n_kv_heads, N_LAYERS, MAX_LEN).eval()
+
+
+def prompt(batch=2, length=5):
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(1))
+
+
+def test_forward_shapes_and_trace():
+    with trace_shapes() as trace:
+        logits = model()(prompt())
+    assert logits.shape == (2, 5, VOCAB)
+    assert trace["embedded"] == (2, 5, D_MODEL) and trace["logits"] == (2, 5, VOCAB)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_cached_and_recomputed_generation_agree(n_kv_heads):
+    decoder = model(n_kv_heads)
+    cached_tokens, cached_logits = greedy_generate(decoder, prompt(), 12, use_cache=True)
+    full_tokens, full_logits = greedy_generate(decoder, prompt(), 12, use_cache=False)
+    assert cached_tokens.shape == (2, 17) and cached_logits.shape == (2, 12, VOCAB)
+    assert torch.equal(cached_tokens, full_tokens)
+    assert torch.equal(cached_tokens[:, :5], prompt())
+    torch.testing.assert_close(cached_logits, full_logits)
+
+
+def test_a_chunk_on_top_of_a_cache_matches_the_full_forward():
+    decoder = model(2)
+    tokens = prompt(length=9)
+    with torch.no_grad():
+        full = decoder(tokens)  # (B, T, V)
+        caches = decoder.new_caches()
+        decoder(tokens[:, :6], caches)
+        chunk = decoder(tokens[:, 6:], caches)  # (B, 3, V)
+    torch.testing.assert_close(chunk, full[:, 6:])
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_cache_size_follows_the_formula(n_kv_heads):
+    decoder = model(n_kv_heads)
+    caches = decoder.new_caches()
+    with torch.no_grad():
+        decoder(prompt(batch=1, length=7), caches)
+    measured = sum(cache.nbytes for cache in caches)
+    per_token = kv_cache_bytes_per_token(N_LAYERS, n_kv_heads, D_MODEL // N_HEADS, torch.float32)
+    assert measured == 7 * per_token
+
+
+def test_errors():
+    decoder = model()
+    greedy_generate(decoder, prompt(length=30), 11)  # 40 positions: the last is never fed
+    with pytest.raises(ValueError, match=re.escape("need 41 positions, more than max_len = 40")):
+        greedy_generate(decoder, prompt(length=30), 12)
+    caches = decoder.new_caches()
+    with torch.no_grad():
+        decoder(prompt(length=38), caches)
+        with pytest.raises(ValueError, match=re.escape("38 cached + 3 new positions exceed")):
+            decoder(prompt(length=3), caches)
+    with pytest.raises(ValueError, match="expected integer token ids"):
+        decoder(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=re.escape("caches: expected 2 KVCache, got 1")):
+        decoder(prompt(), decoder.new_caches()[:1])
+    with pytest.raises(ValueError, match="n_new: expected a positive int"):
+        greedy_generate(decoder, prompt(), 0)
+    with pytest.raises(ValueError, match="n_layers: expected a positive int"):
+        TinyDecoder(VOCAB, D_MODEL, N_HEADS, N_HEADS, 0, MAX_LEN)
+
+
+def test_benchmark_quick_run_returns_a_table():
+    threads = torch.get_num_threads()
+    table = decoding.run(quick=True)
+    assert torch.get_num_threads() == threads
+    lines = table.splitlines()
+    assert "speedup" in lines[1] and lines[2].startswith("MHA")
+    assert lines[2].split()[-1] == "True"
+    assert lines[-1].startswith("target: cached decoding at least 5x faster for 256 tokens")
+
+
+def test_format_results_says_whether_the_target_is_met():
+    fast = decoding.DecodeResult("MHA", 8, 256, cached_s=0.1, recomputed_s=1.0, same_tokens=True)
+    slow = decoding.DecodeResult("MQA", 1, 256, cached_s=0.5, recomputed_s=1.0, same_tokens=True)
+    assert decoding.format_results([fast]).endswith(": met")
+    assert decoding.format_results([fast, slow]).endswith(": NOT met")
+    assert fast.speedup == pytest.approx(10.0)
