@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard book/*.ipynb))
 JOBS ?= 2
+CHROMIUM ?= /usr/bin/chromium
 BUILD_BOOK := $(BIN)/jupyter-book build . --nitpick --warningiserror --keep-going
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: book test notebooks lab venv clean
+.PHONY: book test notebooks lab venv clean chromium browser-test bench
 
 ## venv: create .venv and install requirements.txt (redone when it or pyproject.toml changes)
 venv: $(INSTALLED)
@@ -29,12 +30,35 @@ book: notebooks
 	$(BUILD_BOOK)
 	@echo "Open _build/html/index.html"
 
-## test: lint, build the book from the committed outputs, run the unit tests and strict nbval
-test: $(INSTALLED)
+## chromium: install Debian's Chromium for the browser test when it is missing and we are root;
+## otherwise say why tests/test_browser.py will be skipped (it never fails the build itself)
+chromium:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Debian's chromium for the browser test"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+		echo "Could not install chromium: the browser test will be skipped"; \
+	else \
+		echo "No $(CHROMIUM) and not root: the browser test will be skipped"; \
+	fi
+
+## test: lint, build the book from the committed outputs, run the unit tests, strict nbval and
+## the browser test of the built book (screenshots in _build/screenshots)
+test: $(INSTALLED) chromium
 	$(BIN)/ruff check src tests book scripts
 	$(BUILD_BOOK)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope tests book \
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rs tests book \
 		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
+
+## browser-test: only the browser test, on the book already built in _build/html
+browser-test: $(INSTALLED) chromium
+	$(BIN)/python -m pytest -p no:cacheprovider tests/test_browser.py -rs
+
+## bench: time and memory of the attention code, with the targets' verdicts (2-3 min on 2 cores)
+bench: $(INSTALLED)
+	$(BIN)/python -m attnbook.bench
 
 ## lab: JupyterLab on book/ with attnbook importable
 lab: $(INSTALLED)

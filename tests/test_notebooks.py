@@ -4,7 +4,11 @@ nbval compares only cells that were executed, so a notebook saved without output
 it silently; these checks make sure every chapter carries fresh, complete, clean outputs.
 """
 
+import base64
+import getpass
 import json
+import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+# Figures as a reader sees them: at least legible, at most a screen or two, and a light page.
+PNG_PIXELS = (100, 2400)  # smallest and largest width or height
+PNG_MAX_BYTES = 400_000
+# Machine details that must not be committed: home folders, temp paths, this user's name.
+LOCAL_PATH = re.compile(r"/home/|/root/|/Users/|C:\\\\Users|/tmp/|/private/var/|site-packages")
+USERNAME = getpass.getuser()
 
 
 def code_cells(path: Path) -> list[dict]:
@@ -54,7 +64,80 @@ def test_outputs_are_clean(path):
             assert output["output_type"] != "error", f"{path.name}: saved an error"
             assert ignored or output.get("name") != "stderr", f"{path.name}: stderr in {cell}"
             text = json.dumps(output)
-            assert "/home/" not in text and "/root/" not in text, f"{path.name}: local path"
+            match = LOCAL_PATH.search(text)
+            assert match is None, f"{path.name}: local path {match and match.group()} in an output"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_metadata_is_clean(path):
+    notebook = json.loads(path.read_text())
+    metadata = json.dumps(notebook["metadata"])
+    assert "widgets" not in notebook["metadata"], f"{path.name}: widget state in the metadata"
+    match = LOCAL_PATH.search(metadata)
+    assert match is None, f"{path.name}: local path {match and match.group()} in the metadata"
+    for cell in notebook["cells"]:
+        cell_metadata = json.dumps(cell["metadata"])
+        assert "widgets" not in cell["metadata"], f"{path.name}: widget state in a cell"
+        assert LOCAL_PATH.search(cell_metadata) is None, f"{path.name}: local path in a cell"
+    if USERNAME not in ("root", "runner", "jovyan", "user") and len(USERNAME) > 3:
+        assert USERNAME not in path.read_text(), f"{path.name}: the user name {USERNAME!r}"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_figures_have_a_sensible_size(path):
+    low, high = PNG_PIXELS
+    for index, cell in enumerate(code_cells(path)):
+        for output in cell["outputs"]:
+            encoded = output.get("data", {}).get("image/png")
+            if encoded is None:
+                continue
+            data = base64.b64decode("".join(encoded))
+            width, height = png_size(data)
+            where = f"{path.name}, code cell {index + 1}"
+            assert low <= width <= high and low <= height <= high, (
+                f"{where}: a {width} x {height} figure; keep each side within {low}-{high} px"
+            )
+            assert len(data) <= PNG_MAX_BYTES, (
+                f"{where}: a {len(data):,}-byte PNG; keep figures under {PNG_MAX_BYTES:,} bytes"
+            )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_heatmaps_have_alt_text_and_a_caption(path):
+    for index, cell in enumerate(code_cells(path)):
+        source = "".join(cell["source"])
+        has_image = any("image/png" in o.get("data", {}) for o in cell["outputs"])
+        if not has_image or not re.search(r"\bplot_(attention|heads)\(", source):
+            continue
+        render = cell["metadata"].get("mystnb", {})
+        where = f"{path.name}, code cell {index + 1}"
+        assert render.get("image", {}).get("alt"), f"{where}: heatmap without mystnb.image.alt"
+        assert render.get("figure", {}).get("caption"), (
+            f"{where}: heatmap without mystnb.figure.caption"
+        )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_include_a_checker(path):
+    """Each chapter's exercises end in at least one cell that calls an attnbook checker."""
+    cells = json.loads(path.read_text())["cells"]
+    headings = [i for i, c in enumerate(cells) if "## Exercises" in "".join(c["source"])]
+    assert headings, f"{path.name}: no '## Exercises' section"
+    after = [c for c in cells[headings[-1] :] if c["cell_type"] == "code"]
+    solutions = [c for c in after if "hide-cell" in c["metadata"].get("tags", [])]
+    checks = [c for c in after if re.search(r"\bcheck_\w+\(", "".join(c["source"]))]
+    assert solutions, f"{path.name}: no collapsed (hide-cell) solution cell after the exercises"
+    assert any("attnbook.exercises" in "".join(c["source"]) for c in checks), (
+        f"{path.name}: no visible cell calling a checker from attnbook.exercises"
+    )
+    assert all("hide-cell" not in c["metadata"].get("tags", []) for c in checks), (
+        f"{path.name}: the checker cell must stay visible"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -1,0 +1,381 @@
+"""Checkers for the chapters' exercises: each takes the reader's function and tests it.
+
+A checker prints one line starting with ``Correct:`` when the function is right. When it is
+not, it raises :class:`ExerciseError` (an ``AssertionError``) whose message says in plain words
+what is wrong, for example ``window_mask(6, 2): row 3 may attend to key 5, which is in its
+future``. Checkers never change the reader's function or the global random state.
+
+Guide for a new checker: name it ``check_<what the reader writes>(fn)``; call ``fn`` on a few
+small cases, including edge cases; compare with a reference computed here; for the first
+difference, raise :func:`_fail` with a sentence naming the call, the row or head, and the rule
+it breaks; end with :func:`_succeed`. Test it in ``tests/test_exercises.py`` against the
+reference solution and at least two typical mistakes.
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from attnbook.decoder import TinyDecoder
+from attnbook.kv_cache import KVCache
+from attnbook.masks import causal_mask
+from attnbook.seq2seq import Seq2Seq
+
+
+class ExerciseError(AssertionError):
+    """The reader's answer is not right yet; the message says why."""
+
+
+def _fail(message: str) -> None:
+    raise ExerciseError(message)
+
+
+def _succeed(message: str) -> None:
+    print(f"Correct: {message}")
+
+
+def _call(fn: Callable, call: str, *args):
+    try:
+        return fn(*args)
+    except ExerciseError:
+        raise
+    except Exception as error:  # the reader's code failed: say where, keep the cause attached
+        raise ExerciseError(f"{call} raised {type(error).__name__}: {error}") from error
+
+
+def _as_tensor(result, call: str, what: str) -> Tensor:
+    if not torch.is_tensor(result):
+        _fail(f"{call} should return {what}, got {type(result).__name__}")
+    return result
+
+
+def _check_bool_mask(result, call: str, shape: tuple[int, int]) -> Tensor:
+    mask = _as_tensor(result, call, "a boolean tensor")
+    if mask.dtype != torch.bool:
+        _fail(f"{call} should return a boolean tensor (True = may attend), got dtype {mask.dtype}")
+    if tuple(mask.shape) != shape:
+        _fail(f"{call} should return shape (T, S) = {shape}, got {tuple(mask.shape)}")
+    return mask
+
+
+def _first_difference(result: Tensor, expected: Tensor) -> tuple[int, int]:
+    row, col = (result != expected).nonzero()[0].tolist()
+    return row, col
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# Chapter 0: a sliding-window mask.
+
+
+def check_window_mask(fn: Callable[[int, int], Tensor]) -> None:
+    """``fn(T, width)``: the (T, T) mask where query t sees keys t - width + 1 to t."""
+    for length, width in [(6, 2), (5, 1), (7, 3), (4, 4), (3, 5)]:
+        call = f"window_mask({length}, {width})"
+        mask = _check_bool_mask(_call(fn, call, length, width), call, (length, length))
+        too_far = torch.ones(length, length, dtype=torch.bool).tril(diagonal=-width)
+        expected = causal_mask(length) & ~too_far
+        if torch.equal(mask, expected):
+            continue
+        row, key = _first_difference(mask, expected)
+        if mask[row, key] and key > row:
+            _fail(f"{call}: row {row} may attend to key {key}, which is in its future")
+        if mask[row, key]:
+            _fail(
+                f"{call}: row {row} may attend to key {key}, {row - key} steps back: a window "
+                f"of {width} holds only the token itself and the {width - 1} before it"
+            )
+        _fail(
+            f"{call}: row {row} may not attend to key {key}, but key {key} is inside its window "
+            f"of {width} (keys {max(0, row - width + 1)} to {row})"
+        )
+    _succeed("each query sees itself and the width - 1 tokens just before it, nothing later")
+
+
+# Chapter 1: the parameters that attention adds to the encoder-decoder.
+
+
+def check_attention_parameter_count(fn: Callable[[int], int]) -> None:
+    """``fn(D)``: how many more parameters ``Seq2Seq(attention=True)`` has than the plain one."""
+    for width in (4, 16, 32):
+        call = f"attention_parameter_count({width})"
+        answer = _call(fn, call, width)
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            _fail(f"{call} should return a whole number (int), got {answer!r}")
+        models = [Seq2Seq(11, 8, width, attention=flag) for flag in (True, False)]
+        counts = [sum(p.numel() for p in model.parameters()) for model in models]
+        expected = counts[0] - counts[1]
+        if answer != expected:
+            _fail(
+                f"{call} returned {answer}, but the attention model has {expected} more "
+                f"parameters than the plain one (off by {answer - expected}): count the entries "
+                f"of W (D x D), U (D x 2D) and v (D) again, with no biases"
+            )
+    _succeed("W, U and v add 3 D^2 + D parameters")
+
+
+# Chapter 2: Luong's concat score.
+
+
+def check_concat_scores(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> None:
+    """``fn(query (T, d_q), key (S, d_k), W (h, d_q + d_k), v (h,))`` -> scores (T, S)."""
+    generator = _generator(0)
+    n_queries, n_keys, query_dim, key_dim, hidden = 3, 5, 6, 4, 7
+    query = torch.randn(n_queries, query_dim, generator=generator)  # (T, d_q)
+    key = torch.randn(n_keys, key_dim, generator=generator)  # (S, d_k)
+    W = torch.randn(hidden, query_dim + key_dim, generator=generator)  # (h, d_q + d_k)
+    v = torch.randn(hidden, generator=generator)  # (h,)
+    call = "concat_scores(query (3, 6), key (5, 4), W (7, 10), v (7,))"
+    result = _as_tensor(_call(fn, call, query, key, W, v), call, "a tensor of scores")
+    W_q, W_k = W[:, :query_dim], W[:, query_dim:]  # (h, d_q), (h, d_k)
+    expected = torch.tanh((query @ W_q.T)[:, None, :] + (key @ W_k.T)[None, :, :]) @ v  # (T, S)
+    if tuple(result.shape) == (n_keys, n_queries):
+        _fail(
+            f"{call} returned shape {tuple(result.shape)}: rows and columns are swapped, "
+            f"expected (T, S) = ({n_queries}, {n_keys}), one row per query"
+        )
+    if tuple(result.shape) != (n_queries, n_keys):
+        _fail(f"{call} returned shape {tuple(result.shape)}, expected (T, S) = (3, 5)")
+    if torch.allclose(result, expected, atol=1e-5, rtol=1e-5):
+        _succeed("the concat score v^T tanh(W [q; k]) is the additive score with W = [W_q, W_k]")
+        return
+    key_first = (
+        torch.tanh((key @ W[:, :key_dim].T)[None, :, :] + (query @ W[:, key_dim:].T)[:, None, :])
+        @ v
+    )  # (T, S): the mistake of stacking [k; q]
+    if torch.allclose(result, key_first, atol=1e-5, rtol=1e-5):
+        _fail(f"{call}: the pairs are stacked as [k; q]; put the query first, [q; k]")
+    no_tanh = ((query @ W_q.T)[:, None, :] + (key @ W_k.T)[None, :, :]) @ v  # (T, S)
+    if torch.allclose(result, no_tanh, atol=1e-5, rtol=1e-5):
+        _fail(f"{call}: the tanh is missing: apply it to W [q; k] before the product with v")
+    difference = (result - expected).abs().max().item()
+    _fail(
+        f"{call}: the scores differ from v^T tanh(W [q; k]) by up to {difference:.3g}. Stack "
+        f"each query in front of each key ([q; k], query first), multiply by W, take tanh, then v"
+    )
+
+
+# Chapter 3: how long a sequence's score tensor may be for a memory budget.
+
+
+def check_largest_length(fn: Callable[[int, int, int], int]) -> None:
+    """``fn(budget_bytes, n_heads, bytes_per_score)``: the largest T whose (1, H, T, T) fits."""
+    for budget, n_heads, size in [(2**30, 8, 4), (2**20, 1, 2), (10**6, 3, 4), (100, 1, 4)]:
+        call = f"largest_length({budget}, {n_heads}, {size})"
+        answer = _call(fn, call, budget, n_heads, size)
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            _fail(f"{call} should return a whole number of tokens (int), got {answer!r}")
+
+        def needed(length: int, n_heads: int = n_heads, size: int = size) -> int:
+            return n_heads * length * length * size
+
+        if needed(answer) > budget:
+            _fail(
+                f"{call} returned {answer}, but {n_heads} x {answer} x {answer} scores of "
+                f"{size} bytes need {needed(answer):,} bytes, more than the {budget:,} budgeted"
+            )
+        if needed(answer + 1) <= budget:
+            _fail(
+                f"{call} returned {answer}, but T = {answer + 1} fits too: it needs "
+                f"{needed(answer + 1):,} of the {budget:,} bytes"
+            )
+    _succeed("the score tensor grows as H T^2, so T is the square root of budget / (H x bytes)")
+
+
+# Chapter 4: the prefix-LM mask.
+
+
+def check_prefix_lm_mask(fn: Callable[[int, int], Tensor]) -> None:
+    """``fn(T, P)``: the (T, T) mask of a prompt of P tokens read both ways, then causal."""
+    for length, prompt in [(6, 2), (5, 0), (5, 5), (7, 3)]:
+        call = f"prefix_lm_mask({length}, {prompt})"
+        mask = _check_bool_mask(_call(fn, call, length, prompt), call, (length, length))
+        expected = causal_mask(length) | (torch.arange(length) < prompt)
+        if torch.equal(mask, expected):
+            continue
+        row, key = _first_difference(mask, expected)
+        who = "a prompt token" if row < prompt else "a generated token"
+        if mask[row, key]:
+            _fail(
+                f"{call}: row {row} ({who}) may attend to key {key}, a generated token in its "
+                f"future"
+            )
+        if key < prompt:
+            _fail(
+                f"{call}: row {row} ({who}) may not attend to key {key}, which is in the prompt: "
+                f"every token sees the whole prompt"
+            )
+        _fail(
+            f"{call}: row {row} ({who}) may not attend to key {key}, an earlier generated "
+            f"token: generated tokens see everything up to themselves"
+        )
+    _succeed("the prompt is read both ways and the rest is causal")
+
+
+# Chapter 5: one head's projection inside nn.MultiheadAttention's packed weight.
+
+
+def check_head_projection(fn: Callable[[nn.MultiheadAttention, str, int], tuple]) -> None:
+    """``fn(torch_mha, role, h)`` -> (weight (d_head, D), bias (d_head,)) of head h for role."""
+    width, n_heads = 12, 3
+    head_width = width // n_heads
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        torch_mha = nn.MultiheadAttention(width, n_heads, batch_first=True)
+        nn.init.normal_(torch_mha.in_proj_bias)
+    slices = {
+        (role, h): slice(index * width + h * head_width, index * width + (h + 1) * head_width)
+        for index, role in enumerate("qkv")
+        for h in range(n_heads)
+    }
+    for (role, h), rows in slices.items():
+        call = f"head_projection(mha, {role!r}, {h})"
+        answer = _call(fn, call, torch_mha, role, h)
+        if not isinstance(answer, tuple) or len(answer) != 2:
+            _fail(f"{call} should return a pair (weight, bias), got {type(answer).__name__}")
+        weight, bias = (_as_tensor(part, call, "two tensors") for part in answer)
+        if tuple(weight.shape) != (head_width, width):
+            _fail(
+                f"{call}: the weight has shape {tuple(weight.shape)}, expected (d_head, D) = "
+                f"({head_width}, {width}): d_head rows of in_proj_weight"
+            )
+        if tuple(bias.shape) != (head_width,):
+            _fail(f"{call}: the bias has shape {tuple(bias.shape)}, expected (d_head,)")
+        if torch.equal(weight, torch_mha.in_proj_weight[rows]):
+            if not torch.equal(bias, torch_mha.in_proj_bias[rows]):
+                _fail(f"{call}: the weight is right, but the bias comes from other rows")
+            continue
+        for (other_role, other_h), other_rows in slices.items():
+            if torch.equal(weight, torch_mha.in_proj_weight[other_rows]):
+                _fail(
+                    f"{call} returned the rows of role {other_role!r}, head {other_h}. "
+                    f"in_proj_weight stacks W_q, W_k, W_v (D rows each), and inside each block "
+                    f"head h owns rows h * d_head to (h + 1) * d_head"
+                )
+        _fail(f"{call}: these rows are not any one head's slice of in_proj_weight")
+    _succeed("every head's slice of in_proj_weight and in_proj_bias is right")
+
+
+# Chapter 6: sharing key/value heads.
+
+
+def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
+    """``fn(x (B, H_kv, S, d_head), n_repeats)`` -> (B, H_kv * n_repeats, S, d_head)."""
+    named = torch.arange(3.0).view(1, 3, 1, 1).expand(2, 3, 4, 5)  # (B, H_kv, S, d_head)
+    random_kv = torch.randn(2, 4, 3, 8, generator=_generator(0))  # (B, H_kv, S, d_head)
+    for name, x in [("heads named 0, 1, 2", named), ("random keys", random_kv)]:
+        for n_repeats in (1, 2, 4):
+            call = f"repeat_kv(x of shape {tuple(x.shape)}, {n_repeats}) with {name}"
+            result = _as_tensor(_call(fn, call, x, n_repeats), call, "a tensor")
+            batch, n_kv_heads, length, head_dim = x.shape
+            shape = (batch, n_kv_heads * n_repeats, length, head_dim)
+            if tuple(result.shape) != shape:
+                _fail(
+                    f"{call}: expected shape {shape} (B, H, S, d_head), got {tuple(result.shape)}"
+                )
+            expected = x.repeat_interleave(n_repeats, dim=1)  # (B, H, S, d_head)
+            if torch.equal(result, expected):
+                continue
+            if torch.equal(result, x.repeat(1, n_repeats, 1, 1)):
+                order = [h % n_kv_heads for h in range(n_kv_heads * n_repeats)]
+                _fail(
+                    f"{call}: the heads come out in the order {order}, which tiles them. Query "
+                    f"head h reads key/value head h // {n_repeats}, so the copies of one head "
+                    f"must sit next to each other: "
+                    f"{[h // n_repeats for h in range(n_kv_heads * n_repeats)]}"
+                )
+            bad_head = next(
+                h for h in range(shape[1]) if not torch.equal(result[:, h], expected[:, h])
+            )
+            _fail(
+                f"{call}: output head {bad_head} should be a copy of key/value head "
+                f"{bad_head // n_repeats}, and is not"
+            )
+    _succeed("each key/value head is copied in place, n_repeats times, next to itself")
+
+
+# Chapter 7: a KV cache that writes into preallocated buffers.
+
+
+def _small_decoder() -> TinyDecoder:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return TinyDecoder(11, 16, 4, 2, 2, 12).eval()  # V, D, H, H_kv, layers, max_len
+
+
+def check_preallocated_kv_cache(cache_class: Callable[[int], KVCache]) -> None:
+    """``cache_class(max_len)``: a KVCache whose ``append`` writes into buffers allocated once."""
+    model = _small_decoder()
+    prompt = torch.randint(0, 11, (2, 4), generator=_generator(0))  # (B, T0)
+    name = getattr(cache_class, "__name__", "cache_class")
+    caches = [_call(cache_class, f"{name}(12)", 12) for _ in model.blocks]
+    plain = model.new_caches()
+    chunks = {"the 4-token prompt": prompt, "1 more token": prompt[:, :1], "2 more": prompt[:, 1:3]}
+    with torch.no_grad():
+        for label, chunk in chunks.items():
+            expected = model(chunk, plain)  # (B, T, V)
+            got = _call(model, f"decoding {label} with {name}", chunk, caches)  # (B, T, V)
+            if not torch.allclose(got, expected, atol=1e-5):
+                _fail(
+                    f"after {label}, the logits differ from those of the plain KVCache: append "
+                    f"must return the keys and values of every cached position, oldest first, "
+                    f"and len(cache) must count them (the model reads its positions from it)"
+                )
+        if len(caches[0]) != 7:
+            _fail(f"len(cache) should be 7 after caching 4 + 1 + 2 positions, got {len(caches[0])}")
+        first_address = caches[0].keys.data_ptr()
+        model(prompt[:, :1], caches)
+    if caches[0].keys.data_ptr() != first_address:
+        _fail(
+            "append allocated new memory for the keys: it should write into the buffer allocated "
+            "on the first call and return a view of its filled part"
+        )
+    _succeed("decoding with your cache matches KVCache, and append writes in place")
+
+
+# Chapter 8: the log-sum-exp computed online.
+
+
+def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
+    """``fn(x (..., S), block_size)`` -> log sum_j exp(x_j) per row (...,), in one blocked pass."""
+    rows = torch.randn(4, 7, 45, generator=_generator(0)) * 5  # (..., S)
+    expected = torch.logsumexp(rows, dim=-1)  # (4, 7)
+    for block_size in (1, 8, 45, 100):
+        call = f"online_logsumexp(x (4, 7, 45), {block_size})"
+        result = _as_tensor(_call(fn, call, rows.clone(), block_size), call, "a tensor")
+        if tuple(result.shape) != (4, 7):
+            _fail(
+                f"{call} should return one value per row, shape (4, 7), got {tuple(result.shape)}"
+            )
+        if not torch.allclose(result, expected, atol=1e-4, rtol=1e-5):
+            _fail(
+                f"{call} differs from torch.logsumexp by up to "
+                f"{(result - expected).abs().max().item():.3g}: when the running maximum "
+                f"grows, multiply the running sum by exp(old max - new max)"
+            )
+    huge = torch.tensor([[1000.0, 1000.0]])  # exp(1000) overflows float32
+    call = "online_logsumexp([[1000, 1000]], 1)"
+    result = _as_tensor(_call(fn, call, huge, 1), call, "a tensor")
+    if not torch.isfinite(result).all():
+        _fail(
+            f"{call} is not finite: exp(1000) overflows float32, so subtract the running "
+            "maximum before exponentiating"
+        )
+    _succeed("m + log(l) after the last block is the log-sum-exp of the whole row")
+
+
+__all__ = [
+    "ExerciseError",
+    "check_attention_parameter_count",
+    "check_concat_scores",
+    "check_head_projection",
+    "check_largest_length",
+    "check_online_logsumexp",
+    "check_preallocated_kv_cache",
+    "check_prefix_lm_mask",
+    "check_repeat_kv",
+    "check_window_mask",
+]

@@ -1,0 +1,214 @@
+"""The rendered book as a reader sees it: every page in headless Chromium, offline.
+
+Serves ``_build/html`` on 127.0.0.1 and blocks every other request, so a page that needs a CDN
+fails here. For each page of the table of contents: no console errors, every image loaded,
+math typeset by the bundled MathJax (no raw TeX left), code cells and outputs on chapter pages,
+a sidebar that links to every page; the search page finds "attention". A screenshot of each
+page goes to ``_build/screenshots/``.
+
+Needs Debian's Chromium (``make test`` installs it when it runs as root) and Playwright for
+Python, driving that Chromium: no browser is downloaded. Skipped, with the reason, when either
+is missing or the book has not been built. ``ATTNBOOK_HTML`` points it at another build.
+"""
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = Path(os.environ.get("ATTNBOOK_HTML", ROOT / "_build" / "html"))
+SCREENSHOTS = HTML.parent / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 30_000
+
+
+def toc_pages() -> list[str]:
+    """The pages of the table of contents, as paths relative to the HTML root."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [ch["file"] for part in toc["parts"] for ch in part["chapters"]]
+    return [f"{name}.html" for name in files]
+
+
+PAGES = toc_pages()
+
+
+def _skip_reason() -> str | None:
+    if not (HTML / "index.html").exists():
+        return f"the book is not built ({HTML} has no index.html): run `make test` or `make book`"
+    if not Path(CHROMIUM).exists():
+        return (
+            f"Chromium not found at {CHROMIUM}: install Debian's `chromium` package "
+            "(`make test` does when it runs as root) to run the browser test"
+        )
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed: `pip install -r requirements.txt`"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # Playwright starts Chromium with a fresh temporary --user-data-dir of its own.
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def offline_page(browser):
+    """A page whose requests to anything but 127.0.0.1 are aborted and recorded."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if urlparse(url).hostname == "127.0.0.1" or url.startswith(("data:", "blob:")):
+            request_route.continue_()
+        else:
+            blocked.append(url)
+            request_route.abort()
+
+    context.route("**/*", route)
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+    yield page, blocked, errors
+    context.close()
+
+
+WAIT_FOR_IMAGES_AND_MATH = """async () => {
+    for (const img of document.images) { img.loading = "eager"; }
+    await Promise.all([...document.images].map(img => img.complete ? null :
+        new Promise(done => { img.onload = img.onerror = done; })));
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+        await MathJax.startup.promise;
+    }
+}"""
+
+PAGE_FACTS = """() => {
+    const main = document.querySelector("main") || document.body;
+    const prose = main.cloneNode(true);
+    prose.querySelectorAll("pre, code, script, style, mjx-container, .highlight, textarea")
+        .forEach(node => node.remove());
+    return {
+        images: [...document.images].map(img => ({
+            src: img.getAttribute("src"), alt: img.alt, complete: img.complete,
+            width: img.naturalWidth, height: img.naturalHeight})),
+        mathSources: main.querySelectorAll(".math, span.math, div.math").length,
+        typeset: main.querySelectorAll("mjx-container").length,
+        mathjaxScripts: [...document.scripts].map(s => s.src).filter(s => /mathjax/i.test(s)),
+        prose: prose.innerText,
+        codeCells: main.querySelectorAll("div.cell").length,
+        outputs: main.querySelectorAll("div.cell_output").length,
+        sidebar: [...document.querySelectorAll("nav.bd-docs-nav a.reference.internal,"
+            + " .bd-sidebar-primary a.reference.internal")].map(a => a.href),
+    };
+}"""
+
+RAW_TEX = ["\\(", "\\)", "\\[", "\\]", "$$", "\\frac", "\\sqrt", "\\mathrm", "\\top"]
+
+
+def _same_page(url: str) -> str:
+    return urlparse(url).path.lstrip("/")
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_reads_offline(server, offline_page, page_path):
+    page, blocked, errors = offline_page
+    response = page.goto(server + page_path, wait_until="load")
+    assert response is not None and response.ok, f"{page_path}: HTTP {response and response.status}"
+    page.evaluate(WAIT_FOR_IMAGES_AND_MATH)
+    facts = page.evaluate(PAGE_FACTS)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SCREENSHOTS / (page_path.replace("/", "_")[:-5] + ".png"), full_page=True)
+
+    assert not blocked, f"{page_path} asked for something off this machine: {blocked}"
+    assert not errors, f"{page_path}: console errors {errors}"
+    broken = [img["src"] for img in facts["images"] if not img["complete"] or img["width"] == 0]
+    assert not broken, f"{page_path}: images that did not load: {broken}"
+    if facts["mathSources"]:
+        assert facts["mathjaxScripts"], f"{page_path} has math but loads no MathJax"
+        assert all(src.startswith(server) for src in facts["mathjaxScripts"]), (
+            f"{page_path}: MathJax must come from the book itself, not {facts['mathjaxScripts']}"
+        )
+        assert facts["typeset"] >= facts["mathSources"], (
+            f"{page_path}: {facts['mathSources']} math elements but only {facts['typeset']} "
+            "typeset by MathJax"
+        )
+    raw = [tex for tex in RAW_TEX if tex in facts["prose"]]
+    assert not raw, f"{page_path}: raw TeX {raw} visible in the text; is MathJax loading?"
+    if Path(page_path).stem[:2].isdigit():
+        assert facts["codeCells"] > 0, f"{page_path}: no code cells on a chapter page"
+        assert facts["outputs"] > 0, f"{page_path}: no cell outputs on a chapter page"
+        described = [img for img in facts["images"] if img["alt"].startswith("Attention heatmap")]
+        assert described, f"{page_path}: no heatmap with alt text"
+    linked = {_same_page(url) for url in facts["sidebar"]}
+    missing = [p for p in PAGES if p not in linked and p != "book/intro.html"]
+    assert not missing, f"{page_path}: the sidebar has no link to {missing}"
+
+
+def test_search_finds_attention(server, offline_page):
+    page, blocked, errors = offline_page
+    page.goto(server + "search.html?q=attention", wait_until="load")
+    results = page.locator("#search-results ul.search li")
+    results.first.wait_for(state="attached")
+    found = {_same_page(a) for a in results.locator("a").evaluate_all("l => l.map(a => a.href)")}
+    page.screenshot(path=SCREENSHOTS / "search.png")
+    assert not blocked, f"the search page asked for something off this machine: {blocked}"
+    assert not errors, f"search page: console errors {errors}"
+    chapters = [p for p in PAGES if Path(p).stem[:2].isdigit()]
+    assert len(found & set(chapters)) >= len(chapters) // 2, (
+        f"searching 'attention' found only {sorted(found)}"
+    )
+
+
+def test_sidebar_link_opens_the_next_chapter(server, offline_page):
+    page, blocked, errors = offline_page
+    page.goto(server + PAGES[0], wait_until="load")
+    target = PAGES[1]
+    page.locator(f'.bd-sidebar-primary a[href$="{Path(target).name}"]').first.click()
+    page.wait_for_load_state("load")
+    assert _same_page(page.url) == target, f"clicking the sidebar link went to {page.url}"
+    assert not blocked and not errors, (blocked, errors)

@@ -1,0 +1,322 @@
+"""Each exercise checker accepts the reference solution and explains typical mistakes."""
+
+import math
+import re
+
+import pytest
+import torch
+
+from attnbook import KVCache, causal_mask, exercises
+from attnbook.exercises import ExerciseError
+
+
+def expect_message(checker, fn, fragment):
+    with pytest.raises(ExerciseError, match=re.escape(fragment)):
+        checker(fn)
+
+
+def expect_success(checker, fn, capsys):
+    checker(fn)
+    assert capsys.readouterr().out.startswith("Correct: ")
+
+
+# Chapter 0
+
+
+def window_mask(T, width):
+    return causal_mask(T) & ~torch.ones(T, T, dtype=torch.bool).tril(diagonal=-width)
+
+
+def test_window_mask(capsys):
+    expect_success(exercises.check_window_mask, window_mask, capsys)
+    band = lambda T, width: window_mask(T, width) | window_mask(T, width).T  # noqa: E731
+    expect_message(
+        exercises.check_window_mask, band, "row 0 may attend to key 1, which is in its future"
+    )
+    one_too_many = lambda T, width: window_mask(T, width + 1)  # noqa: E731
+    expect_message(exercises.check_window_mask, one_too_many, "row 2 may attend to key 0, 2 steps")
+    as_float = lambda T, width: window_mask(T, width).float()  # noqa: E731
+    expect_message(exercises.check_window_mask, as_float, "should return a boolean tensor")
+    too_narrow = lambda T, width: window_mask(T, width - 1)  # noqa: E731
+    expect_message(
+        exercises.check_window_mask,
+        too_narrow,
+        "row 1 may not attend to key 0, but key 0 is inside its window",
+    )
+
+
+# Chapter 1
+
+
+def test_attention_parameter_count(capsys):
+    expect_success(exercises.check_attention_parameter_count, lambda D: 3 * D * D + D, capsys)
+    expect_message(
+        exercises.check_attention_parameter_count,
+        lambda D: 2 * D * D + D,  # U taken as D x D
+        "returned 36, but the attention model has 52 more parameters",
+    )
+    expect_message(
+        exercises.check_attention_parameter_count,
+        lambda D: 3 * D * D + 3 * D,  # biases counted
+        "(off by 8)",
+    )
+    expect_message(
+        exercises.check_attention_parameter_count, lambda D: 3 * D**2 + D / 1, "whole number"
+    )
+
+
+# Chapter 2
+
+
+def concat_scores(query, key, W, v):
+    T, S = query.size(0), key.size(0)
+    pairs = torch.cat(
+        [query[:, None, :].expand(T, S, -1), key[None, :, :].expand(T, S, -1)], dim=-1
+    )  # (T, S, d_q + d_k)
+    return torch.tanh(pairs @ W.T) @ v  # (T, S)
+
+
+def test_concat_scores(capsys):
+    expect_success(exercises.check_concat_scores, concat_scores, capsys)
+    expect_message(
+        exercises.check_concat_scores,
+        lambda q, k, W, v: concat_scores(q, k, W, v).T,
+        "rows and columns are swapped",
+    )
+
+    def key_first(query, key, W, v):
+        T, S = query.size(0), key.size(0)
+        pairs = torch.cat(
+            [key[None, :, :].expand(T, S, -1), query[:, None, :].expand(T, S, -1)], dim=-1
+        )
+        return torch.tanh(pairs @ W.T) @ v
+
+    expect_message(exercises.check_concat_scores, key_first, "stacked as [k; q]")
+
+    def no_tanh(query, key, W, v):
+        T, S = query.size(0), key.size(0)
+        pairs = torch.cat(
+            [query[:, None, :].expand(T, S, -1), key[None, :, :].expand(T, S, -1)], dim=-1
+        )
+        return (pairs @ W.T) @ v
+
+    expect_message(exercises.check_concat_scores, no_tanh, "the tanh is missing")
+
+
+# Chapter 3
+
+
+def test_largest_length(capsys):
+    reference = lambda budget, H, size: math.isqrt(budget // (H * size))  # noqa: E731
+    expect_success(exercises.check_largest_length, reference, capsys)
+    expect_message(
+        exercises.check_largest_length,
+        lambda budget, H, size: round(math.sqrt(budget / (H * size))),  # rounds up
+        "returned 5793, but 8 x 5793 x 5793 scores of 4 bytes need",
+    )
+    expect_message(
+        exercises.check_largest_length,
+        lambda budget, H, size: math.sqrt(budget / (H * size)),
+        "should return a whole number of tokens (int), got 5792.6",
+    )
+    expect_message(
+        exercises.check_largest_length,
+        lambda budget, H, size: math.isqrt(budget // (H * size * size)),  # bytes counted twice
+        "fits too",
+    )
+
+
+# Chapter 4
+
+
+def prefix_lm_mask(T, P):
+    return causal_mask(T) | (torch.arange(T) < P)
+
+
+def test_prefix_lm_mask(capsys):
+    expect_success(exercises.check_prefix_lm_mask, prefix_lm_mask, capsys)
+    expect_message(
+        exercises.check_prefix_lm_mask,
+        lambda T, P: causal_mask(T),
+        "row 0 (a prompt token) may not attend to key 1, which is in the prompt",
+    )
+    expect_message(
+        exercises.check_prefix_lm_mask,
+        lambda T, P: causal_mask(T) | (torch.arange(T) < P)[:, None],  # prompt rows see all
+        "row 0 (a prompt token) may attend to key 2, a generated token in its future",
+    )
+    expect_message(
+        exercises.check_prefix_lm_mask,
+        lambda T, P: (torch.arange(T) < P).expand(T, T).clone(),
+        "row 2 (a generated token) may not attend to key 2, an earlier generated token",
+    )
+
+
+# Chapter 5
+
+
+def head_projection(torch_mha, role, h):
+    D, d_head = torch_mha.embed_dim, torch_mha.embed_dim // torch_mha.num_heads
+    start = "qkv".index(role) * D + h * d_head
+    rows = slice(start, start + d_head)
+    return torch_mha.in_proj_weight[rows], torch_mha.in_proj_bias[rows]
+
+
+def test_head_projection(capsys):
+    expect_success(exercises.check_head_projection, head_projection, capsys)
+
+    def ignores_role(torch_mha, role, h):
+        return head_projection(torch_mha, "q", h)
+
+    expect_message(
+        exercises.check_head_projection, ignores_role, "head_projection(mha, 'k', 0) returned"
+    )
+
+    def whole_block(torch_mha, role, h):
+        D = torch_mha.embed_dim
+        rows = slice("qkv".index(role) * D, ("qkv".index(role) + 1) * D)
+        return torch_mha.in_proj_weight[rows], torch_mha.in_proj_bias[rows]
+
+    expect_message(exercises.check_head_projection, whole_block, "expected (d_head, D) = (4, 12)")
+
+    def wrong_bias(torch_mha, role, h):
+        weight, _ = head_projection(torch_mha, role, h)
+        return weight, torch_mha.in_proj_bias[: weight.size(0)]
+
+    expect_message(exercises.check_head_projection, wrong_bias, "the bias comes from other rows")
+
+
+# Chapter 6
+
+
+def repeat_kv(x, n_repeats):
+    B, H_kv, S, d_head = x.shape
+    return x[:, :, None].expand(B, H_kv, n_repeats, S, d_head).reshape(B, -1, S, d_head)
+
+
+def test_repeat_kv(capsys):
+    expect_success(exercises.check_repeat_kv, repeat_kv, capsys)
+    expect_message(
+        exercises.check_repeat_kv,
+        lambda x, n: x.repeat(1, n, 1, 1),
+        "the heads come out in the order [0, 1, 2, 0, 1, 2], which tiles them",
+    )
+    expect_message(
+        exercises.check_repeat_kv,
+        lambda x, n: x.repeat_interleave(n, dim=2),
+        "expected shape (2, 6, 4, 5) (B, H, S, d_head), got (2, 3, 8, 5)",
+    )
+
+    def transposed_view(x, n_repeats):
+        B, H_kv, S, d_head = x.shape
+        return (
+            x[:, :, None]
+            .expand(B, H_kv, n_repeats, S, d_head)
+            .transpose(1, 2)
+            .reshape(B, -1, S, d_head)
+        )
+
+    expect_message(exercises.check_repeat_kv, transposed_view, "which tiles them")
+
+
+def test_reader_errors_are_reported_with_the_call():
+    def crashes(T, width):
+        raise IndexError("index 6 is out of bounds")
+
+    expect_message(
+        exercises.check_window_mask, crashes, "window_mask(6, 2) raised IndexError: index 6"
+    )
+
+
+def test_checkers_leave_the_global_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    exercises.check_head_projection(head_projection)
+    exercises.check_concat_scores(concat_scores)
+    exercises.check_repeat_kv(repeat_kv)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+# Chapter 7
+
+
+class PreallocatedKVCache(KVCache):
+    def __init__(self, max_len):
+        super().__init__()
+        self.max_len = max_len
+        self.length = 0
+
+    def __len__(self):
+        return self.length
+
+    def append(self, keys, values):
+        if self.keys is None:
+            shape = (*keys.shape[:2], self.max_len, keys.shape[3])
+            self.key_buffer, self.value_buffer = keys.new_empty(shape), values.new_empty(shape)
+        stop = self.length + keys.size(2)
+        self.key_buffer[:, :, self.length : stop] = keys
+        self.value_buffer[:, :, self.length : stop] = values
+        self.length = stop
+        self.keys = self.key_buffer[:, :, :stop]
+        self.values = self.value_buffer[:, :, :stop]
+        return self.keys, self.values
+
+
+class ReturnsOnlyNew(PreallocatedKVCache):
+    def append(self, keys, values):
+        super().append(keys, values)
+        return keys, values
+
+
+class ConcatenatingCache(KVCache):
+    def __init__(self, max_len):
+        super().__init__()
+
+
+class CountsOneTooMany(PreallocatedKVCache):
+    def __len__(self):
+        return self.length + 1
+
+
+def test_preallocated_kv_cache(capsys):
+    check = exercises.check_preallocated_kv_cache
+    expect_success(check, PreallocatedKVCache, capsys)
+    expect_message(check, ReturnsOnlyNew, "after 1 more token, the logits differ")
+    expect_message(check, ConcatenatingCache, "append allocated new memory for the keys")
+    expect_message(check, CountsOneTooMany, "after the 4-token prompt, the logits differ")
+
+
+# Chapter 8
+
+
+def online_logsumexp(x, block_size):
+    running_max = x.new_full(x.shape[:-1], float("-inf"))
+    running_sum = x.new_zeros(x.shape[:-1])
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start : start + block_size]
+        new_max = torch.maximum(running_max, block.amax(dim=-1))
+        rescale = torch.exp(running_max - new_max)
+        running_sum = running_sum * rescale + torch.exp(block - new_max[..., None]).sum(dim=-1)
+        running_max = new_max
+    return running_max + torch.log(running_sum)
+
+
+def test_online_logsumexp(capsys):
+    check = exercises.check_online_logsumexp
+    expect_success(check, online_logsumexp, capsys)
+
+    def no_rescale(x, block_size):  # forgets to move the old sum to the new maximum
+        running_max = x.new_full(x.shape[:-1], float("-inf"))
+        running_sum = x.new_zeros(x.shape[:-1])
+        for start in range(0, x.size(-1), block_size):
+            block = x[..., start : start + block_size]
+            running_max = torch.maximum(running_max, block.amax(dim=-1))
+            running_sum = running_sum + torch.exp(block - running_max[..., None]).sum(dim=-1)
+        return running_max + torch.log(running_sum)
+
+    expect_message(check, no_rescale, "multiply the running sum by exp(old max - new max)")
+    no_max = lambda x, block_size: torch.log(torch.exp(x).sum(dim=-1))  # noqa: E731
+    expect_message(check, no_max, "is not finite")
+    per_column = lambda x, block_size: x  # noqa: E731
+    expect_message(check, per_column, "should return one value per row")
