@@ -320,3 +320,78 @@ def test_online_logsumexp(capsys):
     expect_message(check, no_max, "is not finite")
     per_column = lambda x, block_size: x  # noqa: E731
     expect_message(check, per_column, "should return one value per row")
+
+
+def rope(x, positions, base=10000.0, sign=1.0):
+    dim = x.size(-1)
+    frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = (positions[:, None] * frequencies[None, :]).to(x.dtype)  # (T, dim / 2)
+    cos, sin = angles.cos(), sign * angles.sin()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def test_rope(capsys):
+    check = exercises.check_rope
+    expect_success(check, rope, capsys)
+    clockwise = lambda x, positions: rope(x, positions, sign=-1.0)  # noqa: E731
+    expect_message(check, clockwise, "turned counter-clockwise")
+    by_index = lambda x, positions: rope(x, torch.arange(x.size(-2)))  # noqa: E731
+    expect_message(check, by_index, "the features at position 7 differ")
+
+    def halves(x, positions):  # pairs feature i with i + dim / 2 instead of 2i with 2i + 1
+        first, second = x.chunk(2, dim=-1)
+        interleaved = torch.stack([first, second], dim=-1).flatten(-2)
+        rotated = rope(interleaved, positions)
+        return torch.cat([rotated[..., 0::2], rotated[..., 1::2]], dim=-1)
+
+    expect_message(check, halves, "pair i is features (2i, 2i + 1)")
+    scaled = lambda x, positions: 2 * rope(x, positions)  # noqa: E731
+    expect_message(check, scaled, "changes the vectors' lengths")
+
+
+# Chapter 10
+
+
+def cache_bytes_per_token(model):
+    bytes_per_number = next(model.parameters()).element_size()
+    total = 0
+    for block in model.blocks:
+        attention = block.attention
+        if hasattr(attention, "kv_latent_dim"):
+            total += (attention.kv_latent_dim + attention.rope_dim) * bytes_per_number
+        else:
+            total += 2 * attention.n_kv_heads * attention.head_dim * bytes_per_number
+    return total
+
+
+def test_cache_bytes_per_token(capsys):
+    check = exercises.check_cache_bytes_per_token
+    expect_success(check, cache_bytes_per_token, capsys)
+
+    def keys_only(model):  # forgets the values
+        attention = model.blocks[0].attention
+        if hasattr(attention, "kv_latent_dim"):
+            return cache_bytes_per_token(model)
+        return len(model.blocks) * attention.n_kv_heads * attention.head_dim * 4
+
+    def query_heads(model):  # counts H instead of H_kv
+        attention = model.blocks[0].attention
+        if hasattr(attention, "kv_latent_dim"):
+            return cache_bytes_per_token(model)
+        return len(model.blocks) * 2 * attention.n_heads * attention.head_dim * 4
+
+    def no_rope(model):  # forgets MLA's rotary key
+        attention = model.blocks[0].attention
+        if hasattr(attention, "kv_latent_dim"):
+            return len(model.blocks) * attention.kv_latent_dim * 4
+        return cache_bytes_per_token(model)
+
+    def always_float32(model):  # hard-codes 4 bytes per number
+        return cache_bytes_per_token(model) * 4 // next(model.parameters()).element_size()
+
+    expect_message(check, keys_only, "a key AND a value per token")
+    expect_message(check, query_heads, "not the query heads")
+    expect_message(check, no_rope, "one rotary key of rope_dim numbers")
+    expect_message(check, always_float32, "8 for float64")
+    expect_message(check, lambda model: 1.5, "should return an int")

@@ -6,12 +6,19 @@ H_kv key/value heads, D model width, d_head head width. Boolean masks mean True 
 
 from attnbook.additive import AdditiveAttention
 from attnbook.attention import masked_softmax, scaled_dot_product_attention
-from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate
+from attnbook.decoder import DecoderBlock, TinyDecoder, attention_factory, greedy_generate
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import TensorMemoryMeter, online_softmax, tiled_attention
 from attnbook.heads import merge_heads, repeat_kv, split_heads
 from attnbook.kv_budget import kv_cache_bytes_per_token, mean_pool_kv_heads
 from attnbook.kv_cache import KVCache
+from attnbook.latent import LatentCache, MultiHeadLatentAttention, apply_rope
+from attnbook.lm_training import (
+    TrainingHistory,
+    evaluate_loss,
+    next_token_loss,
+    train_language_model,
+)
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads
@@ -26,6 +33,13 @@ from attnbook.seq2seq import (
     shift_right,
 )
 from attnbook.tasks import decode_ids, encode_words, reversal_batch
+from attnbook.text import (
+    CharVocabulary,
+    load_genesis,
+    random_batch,
+    sequential_batches,
+    train_validation_split,
+)
 from attnbook.trace import ShapeTrace, record, trace_shapes
 from attnbook.training import sequence_loss, token_accuracy, train
 
@@ -33,6 +47,7 @@ __all__ = [
     "AdditiveAttention",
     "AdditiveScore",
     "AttentionDecoder",
+    "CharVocabulary",
     "DecoderBlock",
     "DotScore",
     "Encoder",
@@ -40,32 +55,42 @@ __all__ = [
     "GeneralScore",
     "GroupedQueryAttention",
     "KVCache",
+    "LatentCache",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "PlainDecoder",
     "ScaledDotScore",
     "Seq2Seq",
     "ShapeTrace",
     "TensorMemoryMeter",
     "TinyDecoder",
+    "TrainingHistory",
+    "apply_rope",
+    "attention_factory",
     "causal_mask",
     "decode_ids",
     "encode_words",
+    "evaluate_loss",
     "get_device",
     "greedy_decode",
     "greedy_generate",
     "kv_cache_bytes_per_token",
+    "load_genesis",
     "masked_softmax",
     "mean_pool_kv_heads",
     "merge_heads",
+    "next_token_loss",
     "online_softmax",
     "padding_mask",
     "plot_attention",
     "plot_heads",
+    "random_batch",
     "record",
     "repeat_kv",
     "reversal_batch",
     "scaled_dot_product_attention",
     "sequence_loss",
+    "sequential_batches",
     "set_seed",
     "shift_right",
     "split_heads",
@@ -73,4 +98,6 @@ __all__ = [
     "token_accuracy",
     "trace_shapes",
     "train",
+    "train_language_model",
+    "train_validation_split",
 ]

@@ -367,9 +367,104 @@ def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
     _succeed("m + log(l) after the last block is the log-sum-exp of the whole row")
 
 
+# Chapter 9: rotary position embedding.
+
+
+def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+    """``fn(x (..., T, dim), positions (T,))`` rotates feature pairs (2i, 2i + 1) by position."""
+    from attnbook.latent import apply_rope
+
+    x = torch.randn(2, 3, 5, 8, generator=_generator(0))  # (B, H, T, dim)
+    positions = torch.tensor([0, 1, 2, 7, 30])  # (T,)
+    call = "rope(x (2, 3, 5, 8), positions [0, 1, 2, 7, 30])"
+    result = _as_tensor(_call(fn, call, x.clone(), positions), call, "a tensor")
+    if tuple(result.shape) != tuple(x.shape):
+        _fail(f"{call} should keep the shape (2, 3, 5, 8), got {tuple(result.shape)}")
+    expected = apply_rope(x, positions)  # (2, 3, 5, 8)
+    if not torch.allclose(result.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+        _fail(f"{call} changes the vectors' lengths: each pair must be rotated, not scaled")
+    if not torch.allclose(result[..., 0, :], x[..., 0, :], atol=1e-5):
+        _fail(f"{call}: position 0 should not move the features (a rotation by angle 0)")
+    if not torch.allclose(result, expected, atol=1e-5):
+        wrong = (result - expected).abs().amax(dim=(0, 1, 3)) > 1e-5  # (T,)
+        t = int(wrong.nonzero()[0])
+        _fail(
+            f"{call}: the features at position {positions[t].item()} differ from the expected "
+            f"rotation; pair i is features (2i, 2i + 1), turned counter-clockwise by "
+            f"position * 10000^(-2i / dim): (a, b) -> (a cos - b sin, a sin + b cos)"
+        )
+    _succeed("every feature pair is rotated by its position times its own frequency")
+
+
+# Chapter 10: KV cache bytes per token of a TinyDecoder of any attention variant.
+
+
+def _cache_models() -> list[tuple[str, TinyDecoder]]:
+    """(description, model) pairs: every variant, float64 once, MLA with and without RoPE."""
+    torch.manual_seed(0)
+    specs = [  # description, H_kv, layers, TinyDecoder keywords
+        ("2-layer MHA, H = H_kv = 4, d_head = 4, float32", 4, 2, {"variant": "mha"}),
+        ("3-layer GQA, H = 4, H_kv = 2, d_head = 4, float32", 2, 3, {"variant": "gqa"}),
+        ("2-layer MQA, H = 4, H_kv = 1, d_head = 4, float32", 1, 2, {"variant": "mqa"}),
+        ("2-layer MLA, d_c = 6, no RoPE, float32", 4, 2, {"variant": "mla", "kv_latent_dim": 6}),
+        (
+            "2-layer MLA, d_c = 6, rope_dim = 4, float32",
+            4,
+            2,
+            {"variant": "mla", "kv_latent_dim": 6, "rope_dim": 4},
+        ),
+    ]
+    models = [
+        (label, TinyDecoder(11, 16, 4, kv_heads, layers, 12, **keywords).eval())
+        for label, kv_heads, layers, keywords in specs
+    ]
+    gqa64 = TinyDecoder(11, 16, 4, 2, 3, 12, variant="gqa").double().eval()
+    return models + [("3-layer GQA, H = 4, H_kv = 2, d_head = 4, float64", gqa64)]
+
+
+def _cache_hint(model: TinyDecoder, result: int, expected: int) -> str:
+    attention = model.blocks[0].attention
+    if next(model.parameters()).dtype == torch.float64 and 2 * result == expected:
+        return "take the bytes per number from the parameters' dtype (8 for float64), not 4"
+    if model.variant == "mla":
+        if attention.rope_dim and result * (attention.kv_latent_dim + attention.rope_dim) == (
+            expected * attention.kv_latent_dim
+        ):
+            return "with RoPE, MLA also caches one rotary key of rope_dim numbers per token"
+        return "MLA caches one latent of kv_latent_dim (+ rope_dim) numbers per token and layer"
+    if 2 * result == expected:
+        return "every key/value head caches a key AND a value per token"
+    if result * attention.n_kv_heads == expected * attention.n_heads:
+        return "count the key/value heads (n_kv_heads), not the query heads"
+    if result * len(model.blocks) == expected:
+        return "every layer keeps its own cache: add them all up"
+    return "per layer: 2 * n_kv_heads * head_dim numbers, or kv_latent_dim + rope_dim for MLA"
+
+
+def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
+    """``fn(model)`` -> the KV cache bytes one token costs a :class:`TinyDecoder`, any variant."""
+    prompt = torch.randint(0, 11, (1, 5), generator=_generator(0))  # (B, T)
+    for label, model in _cache_models():
+        caches = model.new_caches()
+        with torch.no_grad():
+            model(prompt, caches)
+        expected = sum(cache.nbytes for cache in caches) // prompt.size(1)
+        call = f"cache_bytes_per_token(<{label}>)"
+        result = _call(fn, call, model)
+        if isinstance(result, bool) or not isinstance(result, int):
+            _fail(f"{call} should return an int (bytes), got {type(result).__name__}")
+        if result != expected:
+            _fail(
+                f"{call} returned {result}, but its caches hold {expected} bytes per token: "
+                f"{_cache_hint(model, result, expected)}"
+            )
+    _succeed("your formula gives the bytes the caches hold, for every variant and dtype")
+
+
 __all__ = [
     "ExerciseError",
     "check_attention_parameter_count",
+    "check_cache_bytes_per_token",
     "check_concat_scores",
     "check_head_projection",
     "check_largest_length",
@@ -377,5 +472,6 @@ __all__ = [
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
     "check_repeat_kv",
+    "check_rope",
     "check_window_mask",
 ]

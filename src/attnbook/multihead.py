@@ -80,6 +80,10 @@ class GroupedQueryAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
+    def new_cache(self) -> KVCache:
+        """An empty :class:`attnbook.KVCache` for this layer, to pass as ``cache`` when decoding."""
+        return KVCache()
+
     def _check_inputs(
         self,
         query: Tensor,

@@ -1,0 +1,348 @@
+"""Multi-head latent attention (MLA, DeepSeek-AI 2024) and the latent cache it decodes with.
+
+Instead of caching H_kv keys and values per token, MLA caches one small latent vector c_kv
+(``kv_latent_dim`` wide) per token, from which every head's keys and values are re-derived by
+two up-projections. With ``rope_dim > 0`` each token also caches one rotary key (``rope_dim``
+wide) shared by all heads: the decoupled rotary position embedding, which keeps the
+up-projections foldable into the query and output projections
+(:meth:`MultiHeadLatentAttention.absorbed_forward`).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbook._checks import (
+    check_int,
+    check_mask,
+    check_mask_or_causal,
+    check_probability,
+    check_same_dtype,
+    check_tensor,
+    shape_of,
+)
+from attnbook.attention import scaled_dot_product_attention
+from attnbook.heads import merge_heads, split_heads
+from attnbook.masks import causal_mask
+from attnbook.trace import record
+
+
+def rope_angles(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The rotation angles (T, dim / 2): position t turns feature pair i by t * base^(-2i/dim)."""
+    check_int("dim", dim)
+    if dim % 2:
+        raise ValueError(f"dim: rotary features come in pairs, so dim must be even, got {dim}")
+    pair = torch.arange(dim // 2, device=positions.device, dtype=torch.float64)  # (dim/2,)
+    frequencies = base ** (-2.0 * pair / dim)  # (dim/2,)
+    return positions.to(torch.float64)[:, None] * frequencies[None, :]  # (T, dim/2)
+
+
+def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding (Su et al., 2021) of x (..., T, dim) at ``positions`` (T,).
+
+    Features (2i, 2i + 1) form a pair, rotated by the angle ``positions[t] * base^(-2i/dim)``.
+    Rotations keep lengths, and the dot product of a query rotated at position t with a key
+    rotated at position s depends on the positions only through t - s.
+    """
+    check_tensor("x", x, "(..., T, dim)")
+    if positions.dim() != 1 or positions.size(0) != x.size(-2):
+        raise ValueError(
+            f"positions: expected shape (T,) with T = {x.size(-2)} as in x, got "
+            f"positions.shape = {shape_of(positions)}"
+        )
+    angles = rope_angles(positions, x.size(-1), base).to(x.dtype)  # (T, dim/2)
+    cos, sin = angles.cos(), angles.sin()  # (T, dim/2) each
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, dim/2) each
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)  # (..., T, dim): pairs interleaved back
+
+
+class LatentCache:
+    """What MLA keeps per token: the latent c_kv and, with RoPE, one shared rotary key.
+
+    ``latents`` is (B, S, kv_latent_dim) and ``rope_keys`` (B, S, rope_dim), both None until
+    the first :meth:`append` (``rope_keys`` stays None for a layer without RoPE). The rotary
+    keys are stored already rotated to their positions.
+    """
+
+    def __init__(self) -> None:
+        self.latents: Tensor | None = None
+        self.rope_keys: Tensor | None = None
+
+    def __len__(self) -> int:
+        """The number of cached positions S (0 for an empty cache)."""
+        return 0 if self.latents is None else self.latents.size(1)
+
+    def __repr__(self) -> str:
+        latents = None if self.latents is None else tuple(self.latents.shape)
+        rope = None if self.rope_keys is None else tuple(self.rope_keys.shape)
+        return f"LatentCache(positions={len(self)}, latents {latents}, rope keys {rope})"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached latents and rotary keys together (numel * element size)."""
+        held = [t for t in (self.latents, self.rope_keys) if t is not None]
+        return sum(t.numel() * t.element_size() for t in held)
+
+    def _check_new(self, latents: Tensor, rope_keys: Tensor | None) -> None:
+        check_tensor("latents", latents, "(B, T, kv_latent_dim)", rank=3)
+        if rope_keys is not None:
+            check_tensor("rope_keys", rope_keys, "(B, T, rope_dim)", rank=3)
+            check_same_dtype("rope_keys", rope_keys, latents, "latents")
+            if rope_keys.shape[:2] != latents.shape[:2]:
+                raise ValueError(
+                    f"rope_keys: expected (B, T, rope_dim) with B, T = {latents.size(0)}, "
+                    f"{latents.size(1)} as in latents, got rope_keys.shape = {shape_of(rope_keys)}"
+                )
+        if self.latents is None:
+            return
+        if (self.rope_keys is None) != (rope_keys is None):
+            held = "holds" if self.rope_keys is not None else "holds no"
+            raise ValueError(f"rope_keys: the cache {held} rotary keys; append the same kind")
+        cached = self.latents.shape
+        if (latents.size(0), latents.size(2)) != (cached[0], cached[2]):
+            raise ValueError(
+                f"latents: expected (B, T, kv_latent_dim) with B, kv_latent_dim = {cached[0]}, "
+                f"{cached[2]} as in the cache, got latents.shape = {shape_of(latents)}"
+            )
+        if rope_keys is not None and rope_keys.size(2) != self.rope_keys.size(2):
+            raise ValueError(
+                f"rope_keys: expected rope_dim = {self.rope_keys.size(2)} as in the cache, got "
+                f"rope_keys.shape = {shape_of(rope_keys)}"
+            )
+        check_same_dtype("latents", latents, self.latents, "the cache")
+        if latents.device != self.latents.device:
+            raise ValueError(
+                f"latents: on {latents.device}, but the cache is on {self.latents.device}"
+            )
+
+    def append(
+        self, latents: Tensor, rope_keys: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Add T positions: latents (B, T, kv_latent_dim), rope_keys (B, T, rope_dim) or None.
+
+        Returns all S cached (latents (B, S, kv_latent_dim), rope_keys (B, S, rope_dim) or
+        None), new positions last. A shape, dtype or device that does not fit raises
+        ``ValueError`` and leaves the cache as it was.
+        """
+        self._check_new(latents, rope_keys)
+        if self.latents is None:
+            self.latents, self.rope_keys = latents, rope_keys
+        else:
+            self.latents = torch.cat([self.latents, latents], dim=1)  # (B, S, kv_latent_dim)
+            if rope_keys is not None:
+                self.rope_keys = torch.cat([self.rope_keys, rope_keys], dim=1)  # (B, S, rope_dim)
+        return self.latents, self.rope_keys
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2): heads share one cached latent per token.
+
+    Per token x (D): latent ``c_kv = kv_down(x)`` (kv_latent_dim); keys ``k_up(c_kv)`` and
+    values ``v_up(c_kv)`` (H heads of d_head = D / H); queries ``q_proj(x)`` (H heads). With
+    ``rope_dim > 0``, each head's query also gets a rotary part ``q_rope_proj(x)`` (rope_dim per
+    head) and each token one rotary key ``k_rope_proj(x)`` (rope_dim) shared by all heads; both
+    are rotated to their positions and concatenated after the content parts, so the scale is
+    1 / sqrt(d_head + rope_dim). The up-projections have no bias (``bias`` sets the others).
+
+    ``forward(x, *, mask=None, is_causal=False, need_weights=False, cache=None)`` takes x
+    (B, T, D) and returns (output (B, T, D), weights (B, H, T, S) or None); masks and errors
+    follow :class:`attnbook.GroupedQueryAttention`. ``cache`` (from :meth:`new_cache`): the new
+    tokens' latents and rotary keys are appended, their positions start at the cache's length,
+    and with ``is_causal`` the mask is ``causal_mask(T, S, align="bottom-right")``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        kv_latent_dim: int,
+        *,
+        rope_dim: int = 0,
+        bias: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            check_int(name, value)
+        check_int("kv_latent_dim", kv_latent_dim)
+        check_int("rope_dim", rope_dim, low=0)
+        if d_model % n_heads:
+            raise ValueError(
+                f"d_model: {d_model} is not divisible by n_heads = {n_heads}; each head needs "
+                f"d_head = d_model / n_heads dims"
+            )
+        if rope_dim % 2:
+            raise ValueError(
+                f"rope_dim: rotary features come in pairs, so rope_dim must be even, got {rope_dim}"
+            )
+        check_probability("dropout", dropout)
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.kv_latent_dim = kv_latent_dim
+        self.rope_dim = rope_dim
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_Q
+        self.kv_down = nn.Linear(d_model, kv_latent_dim, bias=bias)  # W_DKV
+        self.k_up = nn.Linear(kv_latent_dim, d_model, bias=False)  # W_UK
+        self.v_up = nn.Linear(kv_latent_dim, d_model, bias=False)  # W_UV
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self.q_rope_proj = nn.Linear(d_model, n_heads * rope_dim, bias=bias) if rope_dim else None
+        self.k_rope_proj = nn.Linear(d_model, rope_dim, bias=bias) if rope_dim else None
+
+    def new_cache(self) -> LatentCache:
+        """An empty :class:`LatentCache` for this layer."""
+        return LatentCache()
+
+    def _check_inputs(
+        self, x: Tensor, mask: Tensor | None, is_causal: bool, cache: LatentCache | None
+    ) -> None:
+        check_tensor("x", x, "(B, T, D)", rank=3)
+        if x.size(-1) != self.d_model:
+            raise ValueError(
+                f"x: expected shape (B, T, D) with D = d_model = {self.d_model}, got "
+                f"x.shape = {shape_of(x)}"
+            )
+        check_mask_or_causal(mask, is_causal)
+        if cache is not None and not isinstance(cache, LatentCache):
+            raise ValueError(f"cache: expected an attnbook.LatentCache or None, got {type(cache)}")
+        if mask is not None:
+            key_len = x.size(1) + (0 if cache is None else len(cache))
+            check_mask(mask, (x.size(0), self.n_heads, x.size(1), key_len), "(B, H, T, S)")
+
+    def _latents_and_rope(
+        self, x: Tensor, cache: LatentCache | None
+    ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+        """The cached quantities for every S position, the rotated rope queries, positions."""
+        past = 0 if cache is None else len(cache)
+        positions = torch.arange(past, past + x.size(1), device=x.device)  # (T,)
+        latents = self.kv_down(x)  # (B, T, kv_latent_dim)
+        record("c_kv", latents, "B T d_c", "latent per token: what the cache keeps")
+        q_rope = rope_keys = None
+        if self.rope_dim:
+            q_rope = split_heads(self.q_rope_proj(x), self.n_heads)  # (B, H, T, d_R)
+            q_rope = apply_rope(q_rope, positions)  # (B, H, T, d_R)
+            rope_keys = apply_rope(self.k_rope_proj(x), positions)  # (B, T, d_R)
+            record("q rope", q_rope, "B H T d_R", "rotary query part, one per head, rotated")
+            record("k rope", rope_keys, "B T d_R", "rotary key, one per token, shared by heads")
+        if cache is not None:
+            latents, rope_keys = cache.append(latents, rope_keys)  # (B, S, d_c), (B, S, d_R)
+            record("c_kv cache", latents, "B S d_c", "cached latents: every position so far")
+            if rope_keys is not None:
+                record("k rope cache", rope_keys, "B S d_R", "cached rotary keys")
+        return latents, rope_keys, q_rope, positions
+
+    def _causal(
+        self, mask: Tensor | None, is_causal: bool, query_len: int, key_len: int, device
+    ) -> tuple[Tensor | None, bool]:
+        if is_causal and query_len != key_len:
+            return causal_mask(query_len, key_len, align="bottom-right", device=device), False
+        return mask, is_causal
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: LatentCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        self._check_inputs(x, mask, is_causal, cache)
+        latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
+        q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, d_head)
+        k = split_heads(self.k_up(latents), self.n_heads)  # (B, H, S, d_head)
+        v = split_heads(self.v_up(latents), self.n_heads)  # (B, H, S, d_head)
+        record("q", q, "B H T d_head", "content queries, one per head")
+        record("k", k, "B H S d_head", "content keys, up-projected from the latents")
+        record("v", v, "B H S d_head", "values, up-projected from the latents")
+        if rope_keys is not None:
+            shared = rope_keys[:, None].expand(-1, self.n_heads, -1, -1)  # (B, H, S, d_R)
+            q = torch.cat([q, q_rope], dim=-1)  # (B, H, T, d_head + d_R)
+            k = torch.cat([k, shared], dim=-1)  # (B, H, S, d_head + d_R)
+            record("q full", q, "B H T d_qk", "content and rotary query parts, d_head + d_R")
+            record("k full", k, "B H S d_qk", "content and shared rotary key parts")
+        mask, is_causal = self._causal(mask, is_causal, q.size(2), k.size(2), x.device)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
+            )  # (B, H, T, d_head), (B, H, T, S)
+        else:
+            if mask is not None and mask.dtype.is_floating_point:
+                mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+            )  # (B, H, T, d_head)
+            weights = None
+        merged = merge_heads(heads)  # (B, T, D)
+        record("merged", merged, "B T D", "heads concatenated back to model width")
+        output = self.out_proj(merged)  # (B, T, D)
+        record("output", output, "B T D", "output projection")
+        return output, weights
+
+    def absorbed_weights(self) -> tuple[Tensor, Tensor | None, Tensor]:
+        """The folded projections: query into latent space, and latent into the output.
+
+        Returns (W_q_absorbed (H, d_c, D), b_q_absorbed (H, d_c) or None, W_o_absorbed
+        (H, D, d_c)): head h's query in latent space is ``W_UK_h^T (W_Q_h x + b_Q_h)``, and its
+        latent output o_h (d_c) contributes ``W_O_h W_UV_h o_h`` to the output.
+        """
+        heads, d_head = self.n_heads, self.head_dim
+        w_q = self.q_proj.weight.view(heads, d_head, self.d_model)  # (H, d_head, D)
+        w_uk = self.k_up.weight.view(heads, d_head, self.kv_latent_dim)  # (H, d_head, d_c)
+        w_uv = self.v_up.weight.view(heads, d_head, self.kv_latent_dim)  # (H, d_head, d_c)
+        w_o = self.out_proj.weight.view(self.d_model, heads, d_head).transpose(0, 1)  # (H, D, dh)
+        w_q_absorbed = w_uk.transpose(1, 2) @ w_q  # (H, d_c, D)
+        b_q_absorbed = None
+        if self.q_proj.bias is not None:
+            b_q = self.q_proj.bias.view(heads, d_head, 1)  # (H, d_head, 1)
+            b_q_absorbed = (w_uk.transpose(1, 2) @ b_q).squeeze(-1)  # (H, d_c)
+        w_o_absorbed = w_o @ w_uv  # (H, D, d_c)
+        return w_q_absorbed, b_q_absorbed, w_o_absorbed
+
+    def absorbed_forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: LatentCache | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The same attention computed in latent space: keys and values never up-projected.
+
+        The queries are mapped into the latent space with :meth:`absorbed_weights`, scored
+        against the cached latents directly, and the weighted latents are mapped to the output
+        by the folded output projection. Same arguments and result as :meth:`forward` with
+        ``need_weights=True`` (no dropout); returns (output (B, T, D), weights (B, H, T, S)).
+        """
+        self._check_inputs(x, mask, is_causal, cache)
+        latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
+        w_q_absorbed, b_q_absorbed, w_o_absorbed = self.absorbed_weights()
+        q_latent = torch.einsum("hcd,btd->bhtc", w_q_absorbed, x)  # (B, H, T, d_c)
+        if b_q_absorbed is not None:
+            q_latent = q_latent + b_q_absorbed[None, :, None, :]  # (B, H, T, d_c)
+        record("q latent", q_latent, "B H T d_c", "queries folded into the latent space")
+        scores = q_latent @ latents[:, None].transpose(-2, -1)  # (B, H, T, S)
+        if rope_keys is not None:
+            scores = scores + q_rope @ rope_keys[:, None].transpose(-2, -1)  # (B, H, T, S)
+        scores = scores / math.sqrt(self.head_dim + self.rope_dim)  # (B, H, T, S)
+        record("scores", scores, "B H T S", "scores against the cached latents directly")
+        mask, is_causal = self._causal(mask, is_causal, x.size(1), latents.size(1), x.device)
+        if is_causal:
+            mask = causal_mask(x.size(1), latents.size(1), device=x.device)  # (T, S)
+        if mask is not None and mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, T, S)
+        elif mask is not None:
+            scores = scores + mask  # (B, H, T, S)
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (B, H, T, S)
+        out_latent = weights @ latents[:, None]  # (B, H, T, d_c)
+        record("o latent", out_latent, "B H T d_c", "weighted latents, one per head")
+        output = torch.einsum("hdc,bhtc->btd", w_o_absorbed, out_latent)  # (B, T, D)
+        if self.out_proj.bias is not None:
+            output = output + self.out_proj.bias  # (B, T, D)
+        record("output", output, "B T D", "folded output projection, summed over heads")
+        return output, weights

@@ -1,0 +1,272 @@
+"""Multi-head latent attention, its latent cache, rotary embeddings and the absorbed form."""
+
+import re
+
+import pytest
+import torch
+from helpers import DEVICES, seeded_randn
+
+from attnbook import (
+    LatentCache,
+    MultiHeadLatentAttention,
+    apply_rope,
+    causal_mask,
+    trace_shapes,
+)
+
+D_MODEL, N_HEADS, LATENT = 32, 4, 12
+
+
+def raises(pattern):
+    return pytest.raises(ValueError, match=re.escape(pattern))
+
+
+def layer(rope_dim=0, *, bias=False, device="cpu", dtype=torch.float32):
+    torch.manual_seed(0)
+    attention = MultiHeadLatentAttention(D_MODEL, N_HEADS, LATENT, rope_dim=rope_dim, bias=bias)
+    return attention.to(device=device, dtype=dtype).eval()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rope_dim", [0, 4])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_cached_decoding_equals_the_uncached_forward(device, rope_dim, need_weights):
+    attention = layer(rope_dim, device=device)
+    x = seeded_randn(2, 9, D_MODEL, device=device)  # (B, T, D)
+    with torch.no_grad():
+        full, _ = attention(x, is_causal=True)
+        cache = attention.new_cache()
+        pieces = []
+        for start, stop in ((0, 5), (5, 6), (6, 9)):  # prefill, one token, a 3-token chunk
+            out, weights = attention(
+                x[:, start:stop], is_causal=True, cache=cache, need_weights=need_weights
+            )
+            pieces.append(out)
+            if need_weights:
+                assert weights.shape == (2, N_HEADS, stop - start, stop)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert len(cache) == 9
+
+
+@pytest.mark.parametrize("rope_dim", [0, 4])
+@pytest.mark.parametrize("bias", [False, True])
+def test_weights_and_fused_paths_agree_and_rows_sum_to_one(rope_dim, bias):
+    attention = layer(rope_dim, bias=bias)
+    x = seeded_randn(2, 6, D_MODEL)
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
+    for kwargs in ({}, {"is_causal": True}, {"mask": padding}, {"mask": causal_mask(6)}):
+        fused, none = attention(x, **kwargs)
+        explicit, weights = attention(x, need_weights=True, **kwargs)
+        assert none is None and weights.shape == (2, N_HEADS, 6, 6)
+        torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, N_HEADS, 6))
+
+
+def test_float_mask_matches_the_boolean_one():
+    attention = layer(4)
+    x = seeded_randn(1, 5, D_MODEL)
+    allowed = causal_mask(5)
+    additive = torch.zeros(5, 5).masked_fill(~allowed, float("-inf"))
+    for need_weights in (False, True):
+        with_bool, _ = attention(x, mask=allowed, need_weights=need_weights)
+        with_float, _ = attention(x, mask=additive, need_weights=need_weights)
+        torch.testing.assert_close(with_bool, with_float)
+
+
+@pytest.mark.parametrize("rope_dim", [0, 4])
+def test_causality_later_tokens_never_change_earlier_outputs(rope_dim):
+    attention = layer(rope_dim)
+    x = seeded_randn(1, 7, D_MODEL)
+    changed = x.clone()
+    changed[:, 4:] = seeded_randn(1, 3, D_MODEL, seed=9)
+    before, _ = attention(x, is_causal=True)
+    after, _ = attention(changed, is_causal=True)
+    torch.testing.assert_close(before[:, :4], after[:, :4])
+    assert not torch.allclose(before[:, 4:], after[:, 4:])
+
+
+@pytest.mark.parametrize("rope_dim", [0, 4])
+@pytest.mark.parametrize("bias", [False, True])
+def test_absorbed_forward_equals_forward(rope_dim, bias):
+    attention = layer(rope_dim, bias=bias)
+    x = seeded_randn(2, 6, D_MODEL)
+    for kwargs in ({}, {"is_causal": True}, {"mask": causal_mask(6)}):
+        expected, expected_weights = attention(x, need_weights=True, **kwargs)
+        output, weights = attention.absorbed_forward(x, **kwargs)
+        torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rope_dim", [0, 4])
+def test_absorbed_forward_with_a_cache(rope_dim):
+    attention = layer(rope_dim)
+    x = seeded_randn(2, 7, D_MODEL)
+    full, _ = attention(x, is_causal=True)
+    cache = attention.new_cache()
+    first, _ = attention.absorbed_forward(x[:, :4], is_causal=True, cache=cache)
+    second, weights = attention.absorbed_forward(x[:, 4:], is_causal=True, cache=cache)
+    torch.testing.assert_close(torch.cat([first, second], 1), full, atol=1e-5, rtol=1e-5)
+    assert weights.shape == (2, N_HEADS, 3, 7)
+
+
+@pytest.mark.parametrize("rope_dim", [0, 4])
+def test_cache_holds_latents_and_rope_keys_and_counts_bytes(rope_dim):
+    attention = layer(rope_dim)
+    cache = attention.new_cache()
+    assert isinstance(cache, LatentCache) and len(cache) == 0 and cache.nbytes == 0
+    with torch.no_grad():
+        attention(seeded_randn(3, 5, D_MODEL), is_causal=True, cache=cache)
+        attention(seeded_randn(3, 2, D_MODEL), is_causal=True, cache=cache)
+    assert len(cache) == 7 and cache.latents.shape == (3, 7, LATENT)
+    assert (cache.rope_keys is None) == (rope_dim == 0)
+    assert cache.nbytes == (LATENT + rope_dim) * 4 * 3 * 7
+    assert "positions=7" in repr(cache)
+
+
+def test_cache_for_half_precision_counts_two_bytes():
+    attention = layer(4, dtype=torch.float64)
+    cache = attention.new_cache()
+    attention(seeded_randn(2, 3, D_MODEL).double(), cache=cache)
+    assert cache.nbytes == (LATENT + 4) * 8 * 2 * 3
+
+
+def test_rope_rotates_pairs_and_depends_on_relative_position():
+    x = torch.tensor([[1.0, 0.0, 1.0, 0.0]])  # (T=1, dim=4)
+    rotated = apply_rope(x, torch.tensor([1]))
+    expected = torch.tensor(
+        [
+            [
+                torch.cos(torch.tensor(1.0)),
+                torch.sin(torch.tensor(1.0)),
+                torch.cos(torch.tensor(0.01)),
+                torch.sin(torch.tensor(0.01)),
+            ]
+        ]
+    )
+    torch.testing.assert_close(rotated, expected)
+    q, k = seeded_randn(1, 8), seeded_randn(1, 8, seed=2)
+    at_3_1 = apply_rope(q, torch.tensor([3])) @ apply_rope(k, torch.tensor([1])).T
+    at_9_7 = apply_rope(q, torch.tensor([9])) @ apply_rope(k, torch.tensor([7])).T
+    torch.testing.assert_close(at_3_1, at_9_7)
+    torch.testing.assert_close(apply_rope(q, torch.tensor([5])).norm(), q.norm())
+
+
+def test_shape_trace_rows():
+    attention = layer(4)
+    cache = attention.new_cache()
+    with trace_shapes() as trace:
+        attention(seeded_randn(2, 3, D_MODEL), is_causal=True, cache=cache, need_weights=True)
+    assert trace["c_kv"] == (2, 3, LATENT)
+    assert trace["k rope"] == (2, 3, 4) and trace["q rope"] == (2, N_HEADS, 3, 4)
+    assert trace["k"] == trace["v"] == (2, N_HEADS, 3, D_MODEL // N_HEADS)
+    assert trace["q full"] == (2, N_HEADS, 3, D_MODEL // N_HEADS + 4)
+    assert trace["weights"] == (2, N_HEADS, 3, 3) and trace["output"] == (2, 3, D_MODEL)
+    with trace_shapes() as trace:
+        attention.absorbed_forward(seeded_randn(2, 1, D_MODEL), cache=cache)
+    assert trace["q latent"] == (2, N_HEADS, 1, LATENT) and trace["scores"] == (2, N_HEADS, 1, 4)
+
+
+@pytest.mark.parametrize("rope_dim", [0, 2])
+def test_gradcheck_float64(rope_dim):
+    torch.manual_seed(0)
+    attention = MultiHeadLatentAttention(4, 2, 3, rope_dim=rope_dim, bias=True).double()
+    x = torch.randn(1, 3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda inp: attention(inp, is_causal=True, need_weights=True)[0], (x,)
+    )
+    assert torch.autograd.gradcheck(lambda inp: attention(inp, is_causal=True)[0], (x,))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"d_model": 30}, "d_model: 30 is not divisible by n_heads = 4"),
+        ({"n_heads": 0}, "n_heads: expected a positive int, got 0"),
+        ({"kv_latent_dim": 0}, "kv_latent_dim: expected a positive int, got 0"),
+        ({"rope_dim": 3}, "rope_dim must be even, got 3"),
+        ({"rope_dim": -2}, "rope_dim: expected an int >= 0, got -2"),
+        ({"dropout": 1.0}, "dropout: expected a probability in [0, 1), got 1.0"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    arguments = {"d_model": D_MODEL, "n_heads": N_HEADS, "kv_latent_dim": LATENT, **kwargs}
+    rope_dim = arguments.pop("rope_dim", 0)
+    dropout = arguments.pop("dropout", 0.0)
+    with raises(message):
+        MultiHeadLatentAttention(**arguments, rope_dim=rope_dim, dropout=dropout)
+
+
+@pytest.mark.parametrize("method", ["forward", "absorbed_forward"])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda a: a(torch.zeros(2, D_MODEL)), "x: expected shape (B, T, D) (3 dims)"),
+        (lambda a: a(torch.zeros(2, 3, 8)), "with D = d_model = 32, got x.shape = (2, 3, 8)"),
+        (lambda a: a("x"), "x: expected a tensor of shape (B, T, D), got str"),
+        (
+            lambda a: a(torch.zeros(2, 3, D_MODEL), mask=causal_mask(3), is_causal=True),
+            "mask: got both a mask and is_causal=True",
+        ),
+        (
+            lambda a: a(torch.zeros(2, 3, D_MODEL), mask=torch.ones(3, 4, dtype=torch.bool)),
+            "does not broadcast to the scores' shape (2, 4, 3, 3)",
+        ),
+        (
+            lambda a: a(torch.zeros(2, 3, D_MODEL), mask=torch.ones(3, 3, dtype=torch.long)),
+            "mask: expected dtype torch.bool",
+        ),
+        (
+            lambda a: a(torch.zeros(2, 3, D_MODEL), cache=[]),
+            "cache: expected an attnbook.LatentCache or None",
+        ),
+    ],
+)
+def test_bad_forward_arguments(method, call, message):
+    attention = layer(4)
+    with raises(message):
+        call(getattr(attention, method))
+
+
+def test_mask_must_cover_the_cached_positions():
+    attention = layer()
+    cache = attention.new_cache()
+    attention(seeded_randn(1, 4, D_MODEL), cache=cache)
+    with raises("scores' shape (1, 4, 1, 5)"):
+        attention(seeded_randn(1, 1, D_MODEL), mask=torch.ones(1, 4, dtype=torch.bool), cache=cache)
+    assert len(cache) == 4
+
+
+@pytest.mark.parametrize(
+    ("latents", "rope_keys", "message"),
+    [
+        (torch.zeros(2, 1, 6), torch.zeros(2, 1, 4), "with B, kv_latent_dim = 2, 5 as in"),
+        (torch.zeros(3, 1, 5), torch.zeros(3, 1, 4), "with B, kv_latent_dim = 2, 5 as in"),
+        (torch.zeros(2, 1, 5), torch.zeros(2, 1, 2), "expected rope_dim = 4 as in the cache"),
+        (torch.zeros(2, 1, 5), None, "the cache holds rotary keys"),
+        (torch.zeros(2, 1, 5), torch.zeros(2, 2, 4), "with B, T = 2, 1 as in latents"),
+        (torch.zeros(2, 1, 5, dtype=torch.float64), torch.zeros(2, 1, 4), "rope_keys: dtype"),
+        (torch.zeros(2, 5), None, "latents: expected shape (B, T, kv_latent_dim) (3 dims)"),
+    ],
+)
+def test_bad_cache_appends_raise_and_leave_the_cache_alone(latents, rope_keys, message):
+    cache = LatentCache()
+    cache.append(torch.zeros(2, 3, 5), torch.zeros(2, 3, 4))
+    with raises(message):
+        cache.append(latents, rope_keys)
+    assert len(cache) == 3 and cache.rope_keys.shape == (2, 3, 4)
+
+
+def test_cache_without_rope_refuses_rope_keys_and_other_dtypes():
+    cache = LatentCache()
+    cache.append(torch.zeros(1, 2, 5))
+    with raises("the cache holds no rotary keys"):
+        cache.append(torch.zeros(1, 1, 5), torch.zeros(1, 1, 2))
+    with raises("latents: dtype torch.float64 does not match the cache's"):
+        cache.append(torch.zeros(1, 1, 5, dtype=torch.float64))
+
+
+def test_apply_rope_errors():
+    with raises("dim must be even, got 3"):
+        apply_rope(torch.zeros(2, 3), torch.arange(2))
+    with raises("positions: expected shape (T,) with T = 2"):
+        apply_rope(torch.zeros(2, 4), torch.arange(3))
