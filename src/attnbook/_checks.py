@@ -84,6 +84,29 @@ def check_mask(mask: Tensor, scores_shape: tuple[int, ...], layout: str) -> None
         )
 
 
+def check_cached_attention_mask(
+    mask: Tensor | None,
+    is_causal: bool,
+    cache: object,
+    cache_type: type,
+    new_scores_shape: tuple[int, int, int, int],
+) -> None:
+    """The mask and cache of a cached attention module, scores (B, H, T, new keys) before it.
+
+    The cache must be a ``cache_type`` (or None), and the mask must cover the cached positions
+    as well as the new ones: (B, H, T, len(cache) + new keys).
+    """
+    check_mask_or_causal(mask, is_causal)
+    if cache is not None and not isinstance(cache, cache_type):
+        raise ValueError(
+            f"cache: expected an attnbook.{cache_type.__name__} or None, got {type(cache)}"
+        )
+    if mask is not None:
+        batch, n_heads, query_len, new_len = new_scores_shape
+        key_len = new_len + (0 if cache is None else len(cache))
+        check_mask(mask, (batch, n_heads, query_len, key_len), "(B, H, T, S)")
+
+
 def check_mask_or_causal(mask: Tensor | None, is_causal: bool) -> None:
     if mask is not None and is_causal:
         raise ValueError(

@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook._checks import (
+    check_cached_attention_mask,
     check_int,
-    check_mask,
-    check_mask_or_causal,
     check_probability,
     check_same_dtype,
     check_tensor,
@@ -25,7 +24,7 @@ from attnbook._checks import (
 )
 from attnbook.attention import scaled_dot_product_attention
 from attnbook.heads import merge_heads, split_heads
-from attnbook.masks import causal_mask
+from attnbook.masks import causal_mask, causal_over_cache
 from attnbook.trace import record
 
 
@@ -206,12 +205,8 @@ class MultiHeadLatentAttention(nn.Module):
                 f"x: expected shape (B, T, D) with D = d_model = {self.d_model}, got "
                 f"x.shape = {shape_of(x)}"
             )
-        check_mask_or_causal(mask, is_causal)
-        if cache is not None and not isinstance(cache, LatentCache):
-            raise ValueError(f"cache: expected an attnbook.LatentCache or None, got {type(cache)}")
-        if mask is not None:
-            key_len = x.size(1) + (0 if cache is None else len(cache))
-            check_mask(mask, (x.size(0), self.n_heads, x.size(1), key_len), "(B, H, T, S)")
+        new_scores_shape = (x.size(0), self.n_heads, x.size(1), x.size(1))
+        check_cached_attention_mask(mask, is_causal, cache, LatentCache, new_scores_shape)
 
     def _latents_and_rope(
         self, x: Tensor, cache: LatentCache | None
@@ -234,13 +229,6 @@ class MultiHeadLatentAttention(nn.Module):
             if rope_keys is not None:
                 record("k rope cache", rope_keys, "B S d_R", "cached rotary keys")
         return latents, rope_keys, q_rope, positions
-
-    def _causal(
-        self, mask: Tensor | None, is_causal: bool, query_len: int, key_len: int, device
-    ) -> tuple[Tensor | None, bool]:
-        if is_causal and query_len != key_len:
-            return causal_mask(query_len, key_len, align="bottom-right", device=device), False
-        return mask, is_causal
 
     def forward(
         self,
@@ -265,7 +253,7 @@ class MultiHeadLatentAttention(nn.Module):
             k = torch.cat([k, shared], dim=-1)  # (B, H, S, d_head + d_R)
             record("q full", q, "B H T d_qk", "content and rotary query parts, d_head + d_R")
             record("k full", k, "B H S d_qk", "content and shared rotary key parts")
-        mask, is_causal = self._causal(mask, is_causal, q.size(2), k.size(2), x.device)
+        mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), x.device)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(
@@ -331,7 +319,9 @@ class MultiHeadLatentAttention(nn.Module):
             scores = scores + q_rope @ rope_keys[:, None].transpose(-2, -1)  # (B, H, T, S)
         scores = scores / math.sqrt(self.head_dim + self.rope_dim)  # (B, H, T, S)
         record("scores", scores, "B H T S", "scores against the cached latents directly")
-        mask, is_causal = self._causal(mask, is_causal, x.size(1), latents.size(1), x.device)
+        mask, is_causal = causal_over_cache(
+            mask, is_causal, x.size(1), latents.size(1), x.device
+        )
         if is_causal:
             mask = causal_mask(x.size(1), latents.size(1), device=x.device)  # (T, S)
         if mask is not None and mask.dtype == torch.bool:

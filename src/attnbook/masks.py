@@ -36,6 +36,20 @@ def causal_mask(
     return key_pos <= query_pos + offset  # (T, S)
 
 
+def causal_over_cache(
+    mask: Tensor | None, is_causal: bool, query_len: int, key_len: int, device=None
+) -> tuple[Tensor | None, bool]:
+    """The ``(mask, is_causal)`` to attend with when T new queries follow cached positions.
+
+    PyTorch's ``is_causal`` is top-left aligned, but after a cache the T queries are the last T
+    of the S positions: a causal chunk with T != S needs ``causal_mask(T, S,
+    align="bottom-right")`` instead. Anything else is returned unchanged.
+    """
+    if is_causal and query_len != key_len:
+        return causal_mask(query_len, key_len, align="bottom-right", device=device), False
+    return mask, is_causal
+
+
 def padding_mask(
     lengths: Tensor | Sequence[int],
     max_len: int,

@@ -4,9 +4,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook._checks import (
+    check_cached_attention_mask,
     check_int,
-    check_mask,
-    check_mask_or_causal,
     check_probability,
     check_same_dtype,
     check_tensor,
@@ -15,7 +14,7 @@ from attnbook._checks import (
 from attnbook.attention import scaled_dot_product_attention
 from attnbook.heads import merge_heads, repeat_kv, split_heads
 from attnbook.kv_cache import KVCache
-from attnbook.masks import causal_mask
+from attnbook.masks import causal_over_cache
 from attnbook.trace import record
 
 
@@ -112,13 +111,8 @@ class GroupedQueryAttention(nn.Module):
                 f"value: expected shape (B, S, D) with S = {key.size(1)} as in key, got "
                 f"value.shape = {shape_of(value)}"
             )
-        check_mask_or_causal(mask, is_causal)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise ValueError(f"cache: expected an attnbook.KVCache or None, got {type(cache)}")
-        if mask is not None:
-            key_len = key.size(1) + (0 if cache is None else len(cache))
-            scores_shape = (query.size(0), self.n_heads, query.size(1), key_len)
-            check_mask(mask, scores_shape, "(B, H, T, S)")
+        new_scores_shape = (query.size(0), self.n_heads, query.size(1), key.size(1))
+        check_cached_attention_mask(mask, is_causal, cache, KVCache, new_scores_shape)
 
     def forward(
         self,
@@ -145,9 +139,7 @@ class GroupedQueryAttention(nn.Module):
         record("v", v, "B H_kv S d_head", "values, one per key/value head")
         if cache is not None:
             k, v = self._extend_cache(cache, k, v)  # (B, H_kv, S, d_head): cached and new
-            if is_causal and q.size(2) != k.size(2):
-                mask = causal_mask(q.size(2), k.size(2), align="bottom-right", device=q.device)
-                is_causal = False  # the (T, S) mask above says it, aligned bottom-right
+            mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), q.device)
 
         if need_weights:
             heads, weights = self._attend_explicitly(q, k, v, mask, is_causal)
