@@ -5,8 +5,9 @@ tokens label the axes, and a colorbar gives the weight scale. The colormap is vi
 reads in greyscale and for colour-blind readers.
 
 :func:`use_book_style` (applied when this module is imported) gives every figure of the book one
-look: readable font sizes and matplotlib's colour-blind-safe ``tableau-colorblind10`` line
-colours. It leaves figure sizes and resolution alone.
+look: readable font sizes and the Okabe-Ito line colours, which stay distinct for colour-blind
+readers and contain no grey (the chapters draw reference lines in grey). It leaves figure sizes
+and resolution alone.
 """
 
 from collections.abc import Sequence
@@ -14,12 +15,15 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 CMAP = "viridis"
 CELL_INCHES = 0.45
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
 BOOK_STYLE = {
+    "axes.prop_cycle": cycler(color=OKABE_ITO),
     "font.size": 11,
     "axes.titlesize": 12,
     "axes.labelsize": 11,
@@ -35,7 +39,6 @@ BOOK_STYLE = {
 
 def use_book_style() -> None:
     """Set the book's figure style: colour-blind-safe colours and readable fonts."""
-    plt.style.use("tableau-colorblind10")
     plt.rcParams.update(BOOK_STYLE)
 
 
