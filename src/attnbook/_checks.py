@@ -47,6 +47,16 @@ def check_tensor(name: str, tensor: object, layout: str, rank: int | None = None
         )
 
 
+def check_model_input(name: str, tensor: object, layout: str, d_model: int) -> None:
+    """``tensor`` is a 3-dim (B, length, D) input to a module of width ``d_model``."""
+    check_tensor(name, tensor, layout, rank=3)
+    if tensor.size(-1) != d_model:
+        raise ValueError(
+            f"{name}: expected shape {layout} with D = d_model = {d_model}, "
+            f"got {name}.shape = {shape_of(tensor)}"
+        )
+
+
 def check_same_batch_dims(name: str, tensor: Tensor, query: Tensor) -> None:
     """``tensor`` (..., S, x) has the same batch dims ``...`` as ``query`` (..., T, d)."""
     if tensor.shape[:-2] != query.shape[:-2]:

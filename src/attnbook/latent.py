@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from attnbook._checks import (
     check_cached_attention_mask,
     check_int,
+    check_model_input,
     check_probability,
     check_same_dtype,
     check_tensor,
@@ -199,12 +200,7 @@ class MultiHeadLatentAttention(nn.Module):
     def _check_inputs(
         self, x: Tensor, mask: Tensor | None, is_causal: bool, cache: LatentCache | None
     ) -> None:
-        check_tensor("x", x, "(B, T, D)", rank=3)
-        if x.size(-1) != self.d_model:
-            raise ValueError(
-                f"x: expected shape (B, T, D) with D = d_model = {self.d_model}, got "
-                f"x.shape = {shape_of(x)}"
-            )
+        check_model_input("x", x, "(B, T, D)", self.d_model)
         new_scores_shape = (x.size(0), self.n_heads, x.size(1), x.size(1))
         check_cached_attention_mask(mask, is_causal, cache, LatentCache, new_scores_shape)
 

@@ -6,9 +6,9 @@ from torch import Tensor, nn
 from attnbook._checks import (
     check_cached_attention_mask,
     check_int,
+    check_model_input,
     check_probability,
     check_same_dtype,
-    check_tensor,
     shape_of,
 )
 from attnbook.attention import scaled_dot_product_attention
@@ -94,12 +94,7 @@ class GroupedQueryAttention(nn.Module):
     ) -> None:
         layouts = {"query": "(B, T, D)", "key": "(B, S, D)", "value": "(B, S, D)"}
         for name, tensor in (("query", query), ("key", key), ("value", value)):
-            check_tensor(name, tensor, layouts[name], rank=3)
-            if tensor.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name}: expected shape {layouts[name]} with D = d_model = {self.d_model}, "
-                    f"got {name}.shape = {shape_of(tensor)}"
-                )
+            check_model_input(name, tensor, layouts[name], self.d_model)
             if tensor.size(0) != query.size(0):
                 raise ValueError(
                     f"{name}: batch size {tensor.size(0)} must equal query's {query.size(0)}; got "
