@@ -238,7 +238,7 @@ def test_checkers_leave_the_global_random_state_alone():
     torch.testing.assert_close(torch.rand(3), expected)
 
 
-# Chapter 7
+# Chapter 8
 
 
 class PreallocatedKVCache(KVCache):
@@ -287,7 +287,7 @@ def test_preallocated_kv_cache(capsys):
     expect_message(check, CountsOneTooMany, "after the 4-token prompt, the logits differ")
 
 
-# Chapter 8
+# Chapter 9
 
 
 def online_logsumexp(x, block_size):
@@ -350,7 +350,7 @@ def test_rope(capsys):
     expect_message(check, scaled, "changes the vectors' lengths")
 
 
-# Chapter 10
+# Chapter 12
 
 
 def cache_bytes_per_token(model):

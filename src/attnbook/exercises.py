@@ -297,7 +297,7 @@ def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
     _succeed("each key/value head is copied in place, n_repeats times, next to itself")
 
 
-# Chapter 7: a KV cache that writes into preallocated buffers.
+# Chapter 8: a KV cache that writes into preallocated buffers.
 
 
 def _small_decoder() -> TinyDecoder:
@@ -336,7 +336,7 @@ def check_preallocated_kv_cache(cache_class: Callable[[int], KVCache]) -> None:
     _succeed("decoding with your cache matches KVCache, and append writes in place")
 
 
-# Chapter 8: the log-sum-exp computed online.
+# Chapter 9: the log-sum-exp computed online.
 
 
 def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
@@ -367,7 +367,7 @@ def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
     _succeed("m + log(l) after the last block is the log-sum-exp of the whole row")
 
 
-# Chapter 9: rotary position embedding.
+# Chapter 11: rotary position embedding.
 
 
 def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
@@ -396,7 +396,7 @@ def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     _succeed("every feature pair is rotated by its position times its own frequency")
 
 
-# Chapter 10: KV cache bytes per token of a TinyDecoder of any attention variant.
+# Chapter 12: KV cache bytes per token of a TinyDecoder of any attention variant.
 
 
 def _cache_models() -> list[tuple[str, TinyDecoder]]:
