@@ -8,7 +8,7 @@ from attnbook.additive import AdditiveAttention
 from attnbook.attention import masked_softmax, scaled_dot_product_attention
 from attnbook.decoder import DecoderBlock, TinyDecoder, attention_factory, greedy_generate
 from attnbook.device import get_device, set_seed
-from attnbook.efficient import TensorMemoryMeter, online_softmax, tiled_attention
+from attnbook.efficient import online_softmax, tiled_attention
 from attnbook.heads import merge_heads, repeat_kv, split_heads
 from attnbook.kv_budget import kv_cache_bytes_per_token, mean_pool_kv_heads
 from attnbook.kv_cache import KVCache
@@ -20,6 +20,7 @@ from attnbook.lm_training import (
     train_language_model,
 )
 from attnbook.masks import causal_mask, padding_mask
+from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads
 from attnbook.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from attnbook.attention import scaled_dot_product_attention
 from attnbook.device import set_seed
-from attnbook.efficient import TensorMemoryMeter, tiled_attention
+from attnbook.efficient import tiled_attention
+from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 
 MIB = 2**20
