@@ -47,13 +47,3 @@ def test_quick_run_prints_three_tables_with_verdicts(quick_output):
     kernel_header = next(line for line in quick_output.splitlines() if "explicit ms" in line)
     assert kernel_header.split()[:4] == ["T", "explicit", "ms", "tiled"]
     assert quick_output.rstrip().splitlines()[-1].startswith("total:")
-
-
-def test_decoding_table_says_when_the_module_is_missing(monkeypatch):
-    def missing(name):
-        raise ImportError(f"No module named {name!r}")
-
-    monkeypatch.setattr(bench_main.importlib, "import_module", missing)
-    assert bench_main.decoding_table(quick=True).startswith(
-        "KV-cache decoding benchmark: not available"
-    )

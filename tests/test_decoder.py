@@ -13,7 +13,8 @@ VOCAB, D_MODEL, N_HEADS, N_LAYERS, MAX_LEN = 50, 32, 4, 2, 40
 
 def model(n_kv_heads=N_HEADS):
     torch.manual_seed(0)
-    return TinyDecoder(VOCAB, D_MODEL, N_HEADS, n_kv_heads, N_LAYERS, MAX_LEN).eval()
+    sizes = {"d_model": D_MODEL, "n_heads": N_HEADS, "n_layers": N_LAYERS, "max_len": MAX_LEN}
+    return TinyDecoder(VOCAB, n_kv_heads=n_kv_heads, **sizes).eval()
 
 
 def prompt(batch=2, length=5):
@@ -77,7 +78,7 @@ def test_errors():
     with pytest.raises(ValueError, match="n_new: expected a positive int"):
         greedy_generate(decoder, prompt(), 0)
     with pytest.raises(ValueError, match="n_layers: expected a positive int"):
-        TinyDecoder(VOCAB, D_MODEL, N_HEADS, N_HEADS, 0, MAX_LEN)
+        TinyDecoder(VOCAB, d_model=D_MODEL, n_heads=N_HEADS, n_layers=0, max_len=MAX_LEN)
 
 
 def test_benchmark_quick_run_returns_a_table():

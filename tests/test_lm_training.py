@@ -19,27 +19,28 @@ from attnbook import (
 )
 
 VOCAB, D_MODEL, N_HEADS, MAX_LEN = 7, 16, 4, 24
-VARIANTS = [
-    ("mha", 4, {}),
-    ("gqa", 2, {}),
-    ("mqa", 1, {}),
-    ("mla", 4, {"kv_latent_dim": 6}),
-    ("mla", 4, {"kv_latent_dim": 6, "rope_dim": 2}),
+VARIANTS = [  # (variant, TinyDecoder keywords that make it)
+    ("mha", {}),
+    ("gqa", {"n_kv_heads": 2}),
+    ("mqa", {"n_kv_heads": 1}),
+    ("mla", {"kv_latent_dim": 6}),
+    ("mla", {"kv_latent_dim": 6, "rope_dim": 2}),
 ]
 
 
-def decoder(variant, n_kv_heads, **keywords):
+def decoder(**keywords):
     torch.manual_seed(0)
-    return TinyDecoder(VOCAB, D_MODEL, N_HEADS, n_kv_heads, 2, MAX_LEN, variant=variant, **keywords)
+    sizes = {"d_model": D_MODEL, "n_heads": N_HEADS, "n_layers": 2, "max_len": MAX_LEN}
+    return TinyDecoder(VOCAB, **sizes, **keywords)
 
 
 def periodic_ids(n=400):
     return torch.arange(n) % VOCAB  # 0 1 2 ... 6 0 1 ...: the next id is always predictable
 
 
-@pytest.mark.parametrize(("variant", "n_kv_heads", "keywords"), VARIANTS)
-def test_every_variant_decodes_the_same_with_and_without_its_cache(variant, n_kv_heads, keywords):
-    model = decoder(variant, n_kv_heads, **keywords).eval()
+@pytest.mark.parametrize(("variant", "keywords"), VARIANTS)
+def test_every_variant_decodes_the_same_with_and_without_its_cache(variant, keywords):
+    model = decoder(**keywords).eval()
     expected = MultiHeadLatentAttention if variant == "mla" else GroupedQueryAttention
     assert all(isinstance(block.attention, expected) for block in model.blocks)
     caches = model.new_caches()
@@ -51,9 +52,9 @@ def test_every_variant_decodes_the_same_with_and_without_its_cache(variant, n_kv
     torch.testing.assert_close(cached_logits, full_logits)
 
 
-@pytest.mark.parametrize(("variant", "n_kv_heads", "keywords"), VARIANTS)
-def test_attention_weights_are_causal_and_match_the_layer(variant, n_kv_heads, keywords):
-    model = decoder(variant, n_kv_heads, **keywords).eval()
+@pytest.mark.parametrize(("variant", "keywords"), VARIANTS)
+def test_attention_weights_are_causal_and_match_the_layer(variant, keywords):
+    model = decoder(**keywords).eval()
     tokens = torch.tensor([[0, 3, 1, 4, 1]])
     weights = model.attention_weights(tokens)  # (L, B, H, T, T)
     assert weights.shape == (2, 1, N_HEADS, 5, 5)
@@ -67,34 +68,32 @@ def test_attention_weights_are_causal_and_match_the_layer(variant, n_kv_heads, k
     torch.testing.assert_close(weights[0], first)
 
 
-def test_default_is_gqa_and_unchanged():
-    torch.manual_seed(0)
-    default = TinyDecoder(VOCAB, D_MODEL, N_HEADS, 2, 2, MAX_LEN)
-    named = decoder("gqa", 2)
-    assert default.variant == "gqa"
-    for (name, a), (_, b) in zip(default.state_dict().items(), named.state_dict().items(),
-                                 strict=True):
-        assert torch.equal(a, b), name
+@pytest.mark.parametrize(("variant", "keywords"), VARIANTS)
+def test_variant_is_read_off_the_layers(variant, keywords):
+    assert decoder(**keywords).variant == variant
 
 
-def test_variant_errors():
-    with pytest.raises(ValueError, match=re.escape("variant: expected one of")):
-        decoder("xyz", 4)
-    with pytest.raises(ValueError, match="multi-head attention has n_kv_heads = n_heads = 4"):
-        decoder("mha", 2)
-    with pytest.raises(ValueError, match="multi-query attention has n_kv_heads = 1"):
-        decoder("mqa", 2)
-    with pytest.raises(ValueError, match="variant 'mla' needs kv_latent_dim"):
-        decoder("mla", 4)
-    with pytest.raises(ValueError, match="only variant 'mla' has a latent"):
-        decoder("gqa", 2, kv_latent_dim=4)
-    model = decoder("mla", 4, kv_latent_dim=6)
+def test_default_is_multi_head_attention():
+    model = decoder()
+    assert all(block.attention.n_kv_heads == N_HEADS for block in model.blocks)
+
+
+def test_attention_argument_errors():
+    with pytest.raises(ValueError, match="n_kv_heads: latent attention .* leave n_kv_heads out"):
+        decoder(n_kv_heads=4, kv_latent_dim=6)
+    with pytest.raises(ValueError, match="rope_dim: only latent attention"):
+        decoder(n_kv_heads=2, rope_dim=2)
+    with pytest.raises(ValueError, match="n_kv_heads: n_heads = 4 is not divisible"):
+        decoder(n_kv_heads=3)
+    with pytest.raises(TypeError):
+        TinyDecoder(VOCAB, D_MODEL, N_HEADS, 2, 2, MAX_LEN)  # sizes are keyword-only
+    model = decoder(kv_latent_dim=6)
     with pytest.raises(ValueError, match=re.escape("caches: expected 2 LatentCache, got 1")):
         model(torch.tensor([[1]]), model.new_caches()[:1])
 
 
 def test_next_token_loss_of_a_fresh_model_is_near_uniform():
-    model = decoder("gqa", 2).eval()
+    model = decoder(n_kv_heads=2).eval()
     ids = periodic_ids()
     loss = next_token_loss(model, ids[None, :20], ids[None, 1:21]).item()
     assert abs(loss - math.log(VOCAB)) < 1.0
@@ -103,12 +102,12 @@ def test_next_token_loss_of_a_fresh_model_is_near_uniform():
     )
 
 
-@pytest.mark.parametrize(("variant", "n_kv_heads", "keywords"), VARIANTS[::3])
-def test_training_learns_a_periodic_sequence_and_is_reproducible(variant, n_kv_heads, keywords):
+@pytest.mark.parametrize(("variant", "keywords"), VARIANTS[::3])
+def test_training_learns_a_periodic_sequence_and_is_reproducible(variant, keywords):
     ids = periodic_ids()
     runs = []
     for _ in range(2):
-        model = decoder(variant, n_kv_heads, **keywords)
+        model = decoder(**keywords)
         history = train_language_model(model, ids[:300], ids[300:], steps=30, batch_size=8,
                                        block_size=16, lr=1e-2, eval_every=10, seed=1)
         runs.append(history)

@@ -14,7 +14,7 @@ from attnbook import (
     shift_right,
     token_accuracy,
     trace_shapes,
-    train,
+    train_seq2seq,
 )
 from attnbook.tasks import BOS, EOS, PAD, VOCAB
 
@@ -95,7 +95,7 @@ def test_training_learns_to_reverse_short_words():
     set_seed(0)
     net = Seq2Seq(V, 8, 16, attention=True)
     generator = torch.Generator().manual_seed(0)
-    losses = train(net, lambda: reversal_batch(32, 2, 4, generator=generator), 200)
+    losses = train_seq2seq(net, lambda: reversal_batch(32, 2, 4, generator=generator), 200)
     test = reversal_batch(100, 2, 4, generator=torch.Generator().manual_seed(1))
     assert losses[0] > 3.0 and sum(losses[-10:]) / 10 < 0.5
     assert token_accuracy(net, test) > 0.95
@@ -141,4 +141,4 @@ def test_greedy_max_len_must_be_positive():
 
 def test_train_steps_must_be_positive():
     with raises("steps: expected a positive int, got 0"):
-        train(model(True), lambda: None, 0)
+        train_seq2seq(model(True), lambda: None, 0)

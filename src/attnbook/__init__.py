@@ -6,12 +6,12 @@ H_kv key/value heads, D model width, d_head head width. Boolean masks mean True 
 
 from attnbook.additive import AdditiveAttention
 from attnbook.attention import masked_softmax, scaled_dot_product_attention
-from attnbook.decoder import DecoderBlock, TinyDecoder, attention_factory, greedy_generate
+from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import online_softmax, tiled_attention
+from attnbook.gqa_conversion import mean_pool_kv_heads
 from attnbook.heads import merge_heads, repeat_kv, split_heads
-from attnbook.kv_budget import kv_cache_bytes_per_token, mean_pool_kv_heads
-from attnbook.kv_cache import KVCache
+from attnbook.kv_cache import KVCache, kv_cache_bytes_per_token
 from attnbook.latent import LatentCache, MultiHeadLatentAttention, apply_rope
 from attnbook.lm_training import (
     TrainingHistory,
@@ -33,6 +33,7 @@ from attnbook.seq2seq import (
     greedy_decode,
     shift_right,
 )
+from attnbook.seq2seq_training import sequence_loss, token_accuracy, train_seq2seq
 from attnbook.tasks import decode_ids, encode_words, reversal_batch
 from attnbook.text import (
     CharVocabulary,
@@ -42,7 +43,6 @@ from attnbook.text import (
     train_validation_split,
 )
 from attnbook.trace import ShapeTrace, record, trace_shapes
-from attnbook.training import sequence_loss, token_accuracy, train
 
 __all__ = [
     "AdditiveAttention",
@@ -67,7 +67,6 @@ __all__ = [
     "TinyDecoder",
     "TrainingHistory",
     "apply_rope",
-    "attention_factory",
     "causal_mask",
     "decode_ids",
     "encode_words",
@@ -77,6 +76,7 @@ __all__ = [
     "greedy_generate",
     "kv_cache_bytes_per_token",
     "load_genesis",
+    "make_attention",
     "masked_softmax",
     "mean_pool_kv_heads",
     "merge_heads",
@@ -98,7 +98,7 @@ __all__ = [
     "tiled_attention",
     "token_accuracy",
     "trace_shapes",
-    "train",
     "train_language_model",
+    "train_seq2seq",
     "train_validation_split",
 ]

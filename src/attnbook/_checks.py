@@ -4,6 +4,8 @@ Every check raises ``ValueError`` before any arithmetic, naming the argument, wh
 what it expected, so a reader sees the mistake rather than a broadcasting error deep inside.
 """
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -57,6 +59,47 @@ def check_model_input(name: str, tensor: object, layout: str, d_model: int) -> N
         )
 
 
+def check_floating(name: str, tensor: Tensor) -> None:
+    """Attention works on real numbers: integer, bool and complex tensors are refused."""
+    if not tensor.dtype.is_floating_point:
+        raise ValueError(
+            f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64), "
+            f"got dtype {tensor.dtype}; convert it with {name}.float()"
+        )
+
+
+def check_feature_width(name: str, tensor: Tensor) -> None:
+    """A query needs at least one feature: with d = 0 there is nothing to score (1 / sqrt(0))."""
+    if tensor.size(-1) == 0:
+        raise ValueError(
+            f"{name}: expected at least one feature in the last dim, got "
+            f"{name}.shape = {shape_of(tensor)}"
+        )
+
+
+def check_scale(scale: object) -> None:
+    """A score scale is None (the default 1 / sqrt(d)) or a finite real number."""
+    if scale is None:
+        return
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ValueError(f"scale: expected a finite number or None, got {scale!r}")
+
+
+def check_broadcastable_batch_dims(names: tuple[str, ...], tensors: tuple[Tensor, ...]) -> None:
+    """The batch dims ``...`` of (..., length, width) tensors broadcast together, as in PyTorch."""
+    try:
+        torch.broadcast_shapes(*(tensor.shape[:-2] for tensor in tensors))
+    except RuntimeError:
+        shapes = ", ".join(
+            f"{name}.shape = {shape_of(tensor)}"
+            for name, tensor in zip(names, tensors, strict=True)
+        )
+        raise ValueError(
+            f"{names[-1]}: the batch dims (all but the last two) must broadcast together, as "
+            f"in PyTorch (each 1 or equal); got {shapes}"
+        ) from None
+
+
 def check_same_batch_dims(name: str, tensor: Tensor, query: Tensor) -> None:
     """``tensor`` (..., S, x) has the same batch dims ``...`` as ``query`` (..., T, d)."""
     if tensor.shape[:-2] != query.shape[:-2]:
@@ -74,14 +117,17 @@ def check_same_dtype(name: str, tensor: Tensor, reference: Tensor, reference_nam
         )
 
 
-def check_mask(mask: Tensor, scores_shape: tuple[int, ...], layout: str) -> None:
-    """A mask is boolean (True = attend) or floating (added), and broadcasts to the scores."""
+def check_mask(mask: object, scores_shape: tuple[int, ...], layout: str) -> None:
+    """A mask is boolean (True = attend) or floating (added), and broadcasts to the scores.
+
+    Integer masks are refused everywhere: 0/1 could mean "attend" or "add 1 to the score".
+    """
     if not isinstance(mask, Tensor):
         raise ValueError(f"mask: expected a tensor broadcastable to {layout}, got {type(mask)}")
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         raise ValueError(
             f"mask: expected dtype torch.bool (True = attend) or a floating dtype (added to "
-            f"the scores), got {mask.dtype}"
+            f"the scores), got {mask.dtype}; for 0/1 masks use mask.bool()"
         )
     trailing = scores_shape[len(scores_shape) - mask.dim() :]
     fits = mask.dim() <= len(scores_shape) and all(
@@ -122,4 +168,76 @@ def check_mask_or_causal(mask: Tensor | None, is_causal: bool) -> None:
         raise ValueError(
             "mask: got both a mask and is_causal=True; pass one (combine them yourself, e.g. "
             "causal_mask(T, S) & mask, if you need both)"
+        )
+
+
+def check_attention_inputs(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    is_causal: bool,
+    scale: float | None = None,
+) -> None:
+    """Raise ``ValueError`` unless query (..., T, d), key (..., S, d), value (..., S, d_v), the
+    mask and the scale fit together.
+
+    The batch dims ``...`` broadcast together as in ``F.scaled_dot_product_attention``.
+    """
+    names = ("query", "key", "value")
+    layouts = ("(..., T, d)", "(..., S, d)", "(..., S, d_v)")
+    tensors = (query, key, value)
+    for name, tensor, layout in zip(names, tensors, layouts, strict=True):
+        check_tensor(name, tensor, layout)
+        check_floating(name, tensor)
+    for name, tensor in (("key", key), ("value", value)):
+        check_same_dtype(name, tensor, query, "query")
+    check_broadcastable_batch_dims(names, tensors)
+    check_feature_width("query", query)
+    if key.size(-1) != query.size(-1):
+        raise ValueError(
+            f"key: expected shape (..., S, d) with d = {query.size(-1)} as in query, got "
+            f"key.shape = {shape_of(key)}"
+        )
+    if value.size(-2) != key.size(-2):
+        raise ValueError(
+            f"value: expected shape (..., S, d_v) with S = {key.size(-2)} as in key, got "
+            f"value.shape = {shape_of(value)}"
+        )
+    check_scale(scale)
+    check_mask_or_causal(mask, is_causal)
+    if mask is not None:
+        batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        scores_shape = (*batch_shape, query.size(-2), key.size(-2))
+        check_mask(mask, scores_shape, "(..., T, S)")
+
+
+def check_query_key(query: Tensor, key: Tensor, query_dim: int | None, key_dim: int | None) -> None:
+    """query (..., T, d_q) and key (..., S, d_k) with equal batch dims and the expected widths."""
+    check_tensor("query", query, "(..., T, d_q)")
+    check_tensor("key", key, "(..., S, d_k)", rank=query.dim())
+    check_floating("query", query)
+    check_feature_width("query", query)
+    check_same_batch_dims("key", key, query)
+    check_same_dtype("key", key, query, "query")
+    for name, tensor, width in (("query", query, query_dim), ("key", key, key_dim)):
+        if width is not None and tensor.size(-1) != width:
+            raise ValueError(
+                f"{name}: expected last dim {width}, got {name}.shape = {shape_of(tensor)}"
+            )
+
+
+def check_head_counts(d_model: int, n_heads: int, n_kv_heads: int) -> None:
+    """d_model splits into n_heads heads, and n_kv_heads key/value heads serve equal groups."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        check_int(name, value)
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model: {d_model} is not divisible by n_heads = {n_heads}; each head needs "
+            f"d_head = d_model / n_heads dims"
+        )
+    if n_heads % n_kv_heads:
+        raise ValueError(
+            f"n_kv_heads: n_heads = {n_heads} is not divisible by n_kv_heads = {n_kv_heads}; "
+            f"each key/value head must serve the same number of query heads"
         )

@@ -2,9 +2,16 @@
 
 from torch import Tensor
 
-from attnbook._checks import check_mask, check_same_batch_dims, check_tensor, shape_of
+from attnbook._checks import (
+    check_mask,
+    check_query_key,
+    check_same_batch_dims,
+    check_same_dtype,
+    check_tensor,
+    shape_of,
+)
 from attnbook.attention import masked_softmax
-from attnbook.scoring import AdditiveScore, check_query_key
+from attnbook.scoring import AdditiveScore
 from attnbook.trace import record
 
 
@@ -25,6 +32,7 @@ class AdditiveAttention(AdditiveScore):
     ) -> None:
         check_tensor("value", value, "(..., S, d_v)", rank=query.dim())
         check_same_batch_dims("value", value, query)
+        check_same_dtype("value", value, query, "query")
         if value.size(-2) != key.size(-2):
             raise ValueError(
                 f"value: expected shape (..., S, d_v) with S = {key.size(-2)} as in key, got "

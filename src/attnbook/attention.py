@@ -1,4 +1,9 @@
-"""Scaled dot-product attention, written out so that every step can be read and traced."""
+"""Scaled dot-product attention, written out so that every step can be read and traced.
+
+:func:`scaled_dot_product_attention` is the explicit computation; :func:`attend` is the one
+place where the library's modules choose between it (when the weights are wanted) and
+PyTorch's fused kernel (when they are not).
+"""
 
 import math
 
@@ -7,57 +12,35 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnbook._checks import (
+    check_attention_inputs,
     check_mask,
-    check_mask_or_causal,
     check_probability,
-    check_same_batch_dims,
-    check_same_dtype,
     check_tensor,
-    shape_of,
 )
+from attnbook.heads import repeat_kv
 from attnbook.masks import causal_mask
 from attnbook.trace import record
-
-
-def check_attention_inputs(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, is_causal: bool
-) -> None:
-    """Raise ``ValueError`` unless query (..., T, d), key (..., S, d), value (..., S, d_v) fit."""
-    check_tensor("query", query, "(..., T, d)")
-    check_tensor("key", key, "(..., S, d)", rank=query.dim())
-    check_tensor("value", value, "(..., S, d_v)", rank=query.dim())
-    for name, tensor in (("key", key), ("value", value)):
-        check_same_batch_dims(name, tensor, query)
-        check_same_dtype(name, tensor, query, "query")
-    if key.size(-1) != query.size(-1):
-        raise ValueError(
-            f"key: expected shape (..., S, d) with d = {query.size(-1)} as in query, got "
-            f"key.shape = {shape_of(key)}"
-        )
-    if value.size(-2) != key.size(-2):
-        raise ValueError(
-            f"value: expected shape (..., S, d_v) with S = {key.size(-2)} as in key, got "
-            f"value.shape = {shape_of(value)}"
-        )
-    check_mask_or_causal(mask, is_causal)
-    if mask is not None:
-        scores_shape = (*query.shape[:-1], key.size(-2))
-        check_mask(mask, scores_shape, "(..., T, S)")
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """Softmax over the last dim after masking; a row with nothing to attend to becomes all zeros.
 
-    A boolean ``mask`` (True = attend) sets blocked scores to -inf; a floating mask is added.
-    The naive softmax of an all -inf row is 0/0 = NaN, forward and backward. Here the row's
-    maximum is taken as 0 when it is -inf and the denominator as 1 when it is 0, so such a row
-    gets zero weights and zero gradients. The maximum is detached: softmax does not depend on
-    the shift, so its gradient is exactly zero anyway.
+    A boolean ``mask`` (True = attend) sets blocked scores to -inf; a floating mask is added;
+    any other dtype is refused (as by :func:`scaled_dot_product_attention`). The naive softmax
+    of an all -inf row is 0/0 = NaN, forward and backward. Here the row's maximum is taken as 0
+    when it is -inf and the denominator as 1 when it is 0, so such a row gets zero weights and
+    zero gradients. The maximum is detached: softmax does not depend on the shift, so its
+    gradient is exactly zero anyway. With no keys at all (S = 0) the result is empty.
     """
+    check_tensor("scores", scores, "(..., T, S)")
+    if mask is not None:
+        check_mask(mask, tuple(scores.shape), "(..., T, S)")
     if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None:
         scores = scores + mask.to(scores.dtype)
+    if scores.size(-1) == 0:
+        return scores  # (..., T, 0): no keys, nothing to weigh
     row_max = scores.amax(dim=-1, keepdim=True).detach()  # (..., 1)
     row_max = torch.where(row_max == float("-inf"), 0.0, row_max)
     exp_scores = torch.exp(scores - row_max)  # blocked entries: exp(-inf) = 0
@@ -77,23 +60,30 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v, returning ``(output, weights)``.
 
-    Shapes: query (..., T, d), key (..., S, d), value (..., S, d_v) with equal batch dims ``...``;
-    output (..., T, d_v) and weights (..., T, S), rows over the keys.
+    Shapes: query (..., T, d), key (..., S, d), value (..., S, d_v); the batch dims ``...``
+    broadcast together as in PyTorch. Output (..., T, d_v) and weights (..., T, S), rows over
+    the keys.
+
+    Unlike PyTorch's ``F.scaled_dot_product_attention``, whose name it shares, it returns the
+    weights as well as the output, and its mask argument is called ``mask`` (PyTorch's is
+    ``attn_mask``); the meaning of the mask is the same.
 
     mask: boolean with True = attend (as in ``F.scaled_dot_product_attention``), or floating and
     added to the scores; it must broadcast to (..., T, S). A query row with no key to attend to
-    gets zero weights and a zero output, with zero gradients (never NaN).
+    (a fully masked row, or S = 0) gets zero weights and a zero output, with zero gradients
+    (never NaN).
 
     is_causal: query i attends to keys 0..i. Like PyTorch this is *top-left* aligned, which for
     T != S is not what a KV cache needs: pass ``causal_mask(T, S, align="bottom-right")`` as the
     mask instead. Giving both ``mask`` and ``is_causal`` is an error.
 
-    scale defaults to 1 / sqrt(d). Dropout with probability ``dropout_p`` is applied to the
-    weights (always, as in PyTorch's function; modules pass 0 in eval mode), and the returned
-    weights are the ones used, dropout included. Float16 and bfloat16 inputs are scored and
-    normalised in float32, so large logits cannot overflow; the output has the input's dtype.
+    scale defaults to 1 / sqrt(d); it must be finite. Dropout with probability ``dropout_p`` is
+    applied to the weights (always, as in PyTorch's function; modules pass 0 in eval mode), and
+    the returned weights are the ones used, dropout included. Inputs must be floating point;
+    float16 and bfloat16 are scored and normalised in float32, so large logits cannot overflow;
+    the output has the input's dtype.
     """
-    check_attention_inputs(query, key, value, mask, is_causal)
+    check_attention_inputs(query, key, value, mask, is_causal, scale)
     check_probability("dropout_p", dropout_p)
     if is_causal:
         mask = causal_mask(query.size(-2), key.size(-2), device=query.device)  # (T, S)
@@ -110,3 +100,49 @@ def scaled_dot_product_attention(
     output = weights @ value  # (..., T, d_v)
     record("attended", output, "... T d_v", "weighted sum of values, one row per query")
     return output, weights
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """The attention step of every module: explicit when the weights are wanted, else fused.
+
+    q (B, H, T, d), k (B, H_kv, S, d), v (B, H_kv, S, d_v) with H_kv dividing H: query head h
+    reads key/value head ``h // (H // H_kv)``. Masks as in :func:`scaled_dot_product_attention`,
+    broadcasting to (B, H, T, S). Returns (heads (B, H, T, d_v), weights (B, H, T, S) or None).
+
+    ``need_weights=True`` runs the library's explicit function, after copying each key/value
+    head for its group; otherwise PyTorch's fused kernel, which shares the heads itself
+    (``enable_gqa``) and never materialises the weights. Both follow the same rules: a query
+    with nothing to attend to gets a zero output.
+    """
+    group_size = q.size(1) // k.size(1)
+    if need_weights:
+        if group_size > 1:
+            k = repeat_kv(k, group_size)  # (B, H, S, d)
+            v = repeat_kv(v, group_size)  # (B, H, S, d_v)
+            record("k repeated", k, "B H S d_head", "each key head copied for its group")
+            record("v repeated", v, "B H S d_head", "each value head copied for its group")
+        return scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
+        )  # (B, H, T, d_v), (B, H, T, S)
+    if mask is not None and mask.dtype.is_floating_point:
+        mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
+    heads = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        enable_gqa=group_size > 1,
+    )  # (B, H, T, d_v)
+    record("attended", heads, "B H T d_head", "PyTorch's fused kernel; no weights kept")
+    return heads, None

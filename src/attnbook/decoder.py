@@ -2,92 +2,75 @@
 
 :class:`TinyDecoder` embeds tokens and positions, runs ``n_layers`` pre-norm blocks of causal
 self-attention and an MLP, and maps the result to logits over the vocabulary. The attention is
-:class:`attnbook.GroupedQueryAttention` (``n_kv_heads`` switches between multi-head, grouped-query
-and multi-query attention), or multi-head latent attention with ``variant="mla"``.
+:class:`attnbook.GroupedQueryAttention`, whose ``n_kv_heads`` alone says whether it is
+multi-head (``n_kv_heads == n_heads``), grouped-query or multi-query (``n_kv_heads == 1``)
+attention, or multi-head latent attention when ``kv_latent_dim`` is given.
 :func:`greedy_generate` decodes greedily, either recomputing every position at every step or
 feeding one new token at a time on top of one cache per layer, made by the layer's attention
 module (``new_cache()``): a :class:`attnbook.KVCache`, or a latent cache for MLA.
 """
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor, nn
 
-from attnbook._checks import check_tensor, shape_of
+from attnbook._checks import check_int, check_tensor, shape_of
 from attnbook.latent import MultiHeadLatentAttention
 from attnbook.multihead import GroupedQueryAttention
 from attnbook.trace import record
 
-VARIANTS = ("mha", "gqa", "mqa", "mla")
 
-
-def _check_variant(variant: str, n_heads: int, n_kv_heads: int, kv_latent_dim: int | None) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
-    if variant == "mha" and n_kv_heads != n_heads:
-        raise ValueError(
-            f"n_kv_heads: multi-head attention has n_kv_heads = n_heads = {n_heads}, "
-            f"got {n_kv_heads}"
-        )
-    if variant == "mqa" and n_kv_heads != 1:
-        raise ValueError(f"n_kv_heads: multi-query attention has n_kv_heads = 1, got {n_kv_heads}")
-    if variant == "mla" and (kv_latent_dim is None or n_kv_heads != n_heads):
-        raise ValueError(
-            f"variant 'mla' needs kv_latent_dim and n_kv_heads = n_heads = {n_heads} (every "
-            f"head gets its own key and value from the latent); got kv_latent_dim = "
-            f"{kv_latent_dim}, n_kv_heads = {n_kv_heads}"
-        )
-    if variant != "mla" and kv_latent_dim is not None:
-        raise ValueError(f"kv_latent_dim: only variant 'mla' has a latent, got variant {variant!r}")
-
-
-def attention_factory(
-    variant: str,
+def make_attention(
     d_model: int,
     n_heads: int,
-    n_kv_heads: int,
     *,
+    n_kv_heads: int | None = None,
     kv_latent_dim: int | None = None,
     rope_dim: int = 0,
-) -> Callable[[], nn.Module]:
-    """A function that builds one causal self-attention layer of the given variant.
+) -> nn.Module:
+    """One self-attention layer: GQA with ``n_kv_heads`` key/value heads, or MLA.
 
-    ``variant``: ``"mha"`` (``n_kv_heads == n_heads``), ``"gqa"`` (any ``n_kv_heads`` dividing
-    ``n_heads``), ``"mqa"`` (``n_kv_heads == 1``): a :class:`GroupedQueryAttention`;
-    ``"mla"``: :class:`attnbook.latent.MultiHeadLatentAttention` caching a ``kv_latent_dim``-wide
-    latent per token (``n_kv_heads`` must equal ``n_heads``; ``rope_dim`` is passed on). All
-    variants have biases in their projections, as the default ``GroupedQueryAttention``.
+    ``n_kv_heads`` defaults to ``n_heads`` (multi-head attention); 1 is multi-query attention.
+    With ``kv_latent_dim`` the layer is a :class:`attnbook.MultiHeadLatentAttention` caching a
+    ``kv_latent_dim``-wide latent per token (and ``rope_dim`` rotary features); ``n_kv_heads``
+    then has no meaning and must be left out. Every layer has biases in its projections.
     """
-    _check_variant(variant, n_heads, n_kv_heads, kv_latent_dim)
-    if variant == "mla":
-        return lambda: MultiHeadLatentAttention(
+    if kv_latent_dim is not None:
+        if n_kv_heads is not None:
+            raise ValueError(
+                f"n_kv_heads: latent attention (kv_latent_dim = {kv_latent_dim}) derives every "
+                f"head's key and value from one latent; leave n_kv_heads out, got {n_kv_heads}"
+            )
+        return MultiHeadLatentAttention(
             d_model, n_heads, kv_latent_dim, rope_dim=rope_dim, bias=True
         )
-    return lambda: GroupedQueryAttention(d_model, n_heads, n_kv_heads)
+    if rope_dim:
+        raise ValueError(f"rope_dim: only latent attention (kv_latent_dim) has one, got {rope_dim}")
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    return GroupedQueryAttention(d_model, n_heads, n_kv_heads)
+
+
+def attention_kind(attention: nn.Module) -> str:
+    """``"mha"``, ``"gqa"``, ``"mqa"`` or ``"mla"``: what a layer from :func:`make_attention` is."""
+    if isinstance(attention, MultiHeadLatentAttention):
+        return "mla"
+    if attention.n_kv_heads == attention.n_heads:
+        return "mha"
+    return "mqa" if attention.n_kv_heads == 1 else "gqa"
 
 
 class DecoderBlock(nn.Module):
     """x + attention(norm(x)), then x + MLP(norm(x)): one pre-norm transformer block.
 
-    ``attention``: the self-attention module to use (anything called like
-    :class:`GroupedQueryAttention` in self-attention, with a ``new_cache()`` method); by default
-    ``GroupedQueryAttention(d_model, n_heads, n_kv_heads)``.
+    ``attention``: the self-attention module (anything called like
+    :class:`GroupedQueryAttention` in self-attention, with ``d_model`` and a ``new_cache()``
+    method); its width is the block's. ``mlp_width``: the MLP's hidden width.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int,
-        mlp_width: int,
-        *,
-        attention: nn.Module | None = None,
-    ) -> None:
+    def __init__(self, attention: nn.Module, mlp_width: int) -> None:
         super().__init__()
+        check_int("mlp_width", mlp_width)
+        d_model = attention.d_model
         self.attention_norm = nn.LayerNorm(d_model)
-        if attention is None:
-            attention = GroupedQueryAttention(d_model, n_heads, n_kv_heads)
         self.attention = attention
         self.mlp_norm = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
@@ -111,49 +94,55 @@ class DecoderBlock(nn.Module):
 class TinyDecoder(nn.Module):
     """A decoder-only model: token and position embeddings, ``n_layers`` blocks, an LM head.
 
-    ``forward(tokens, caches=None)`` takes token ids (B, T) and returns logits (B, T, V) for V =
-    ``vocab_size``. With ``caches`` (one cache per layer, see :meth:`new_caches`) the T tokens
-    are taken to follow the positions already cached: their positions start at the cache's
-    length, and each layer attends over the cached keys and values too.
+    ``forward(tokens, caches=None)`` takes token ids (B, T) in [0, vocab_size) and returns
+    logits (B, T, V) for V = ``vocab_size``. With ``caches`` (one cache per layer, see
+    :meth:`new_caches`) the T tokens are taken to follow the positions already cached: their
+    positions start at the cache's length, and each layer attends over the cached keys and
+    values too. Positions are learned embeddings, so at most ``max_len`` of them.
 
-    ``variant`` picks the attention (see :func:`attention_factory`): ``"gqa"`` (the default,
-    any ``n_kv_heads``), ``"mha"``, ``"mqa"`` or ``"mla"`` (with ``kv_latent_dim``).
+    Every size is a keyword: ``TinyDecoder(V, d_model=16, n_heads=4, n_layers=2, max_len=12)``.
+    The attention is chosen by :func:`make_attention`'s arguments: ``n_kv_heads`` (default
+    ``n_heads``: MHA; fewer: GQA; 1: MQA) or ``kv_latent_dim`` (MLA, with ``rope_dim``).
+    ``variant`` names the result. ``mlp_width`` defaults to 4 * d_model.
     """
 
     def __init__(
         self,
         vocab_size: int,
+        *,
         d_model: int,
         n_heads: int,
-        n_kv_heads: int,
         n_layers: int,
         max_len: int,
-        *,
-        mlp_width: int | None = None,
-        variant: str = "gqa",
+        n_kv_heads: int | None = None,
         kv_latent_dim: int | None = None,
         rope_dim: int = 0,
+        mlp_width: int | None = None,
     ) -> None:
         super().__init__()
-        sizes = (("vocab_size", vocab_size), ("n_layers", n_layers), ("max_len", max_len))
-        for name, value in sizes:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("n_layers", n_layers),
+            ("max_len", max_len),
+        ):
+            check_int(name, value)
         self.vocab_size = vocab_size
         self.max_len = max_len
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(max_len, d_model)
-        make_attention = attention_factory(
-            variant, d_model, n_heads, n_kv_heads, kv_latent_dim=kv_latent_dim, rope_dim=rope_dim
-        )
-        self.variant = variant
         width = 4 * d_model if mlp_width is None else mlp_width
+        attention = {"n_kv_heads": n_kv_heads, "kv_latent_dim": kv_latent_dim, "rope_dim": rope_dim}
         self.blocks = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, n_kv_heads, width, attention=make_attention())
+            DecoderBlock(make_attention(d_model, n_heads, **attention), width)
             for _ in range(n_layers)
         )
         self.final_norm = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+
+    @property
+    def variant(self) -> str:
+        """``"mha"``, ``"gqa"``, ``"mqa"`` or ``"mla"``, read off the layers themselves."""
+        return attention_kind(self.blocks[0].attention)
 
     def new_caches(self) -> list:
         """One empty cache per layer, made by the layer's attention (``new_cache()``)."""
@@ -161,8 +150,13 @@ class TinyDecoder(nn.Module):
 
     def _check_tokens(self, tokens: Tensor, past: int) -> None:
         check_tensor("tokens", tokens, "(B, T)", rank=2)
-        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise ValueError(f"tokens: expected integer token ids, got dtype {tokens.dtype}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(
+                f"tokens: expected ids in [0, vocab_size = {self.vocab_size}), got values from "
+                f"{tokens.min().item()} to {tokens.max().item()}"
+            )
         if past + tokens.size(1) > self.max_len:
             raise ValueError(
                 f"tokens: {past} cached + {tokens.size(1)} new positions exceed max_len = "
@@ -205,15 +199,31 @@ def greedy_generate(
 ) -> tuple[Tensor, Tensor]:
     """Greedy decoding: append the most likely next token ``n_new`` times.
 
-    prompt: token ids (B, T0). Returns (tokens (B, T0 + n_new), logits (B, n_new, V)), the
-    logits each new token was chosen from. ``use_cache=False`` runs the model over the whole
-    sequence at every step (recomputation); ``use_cache=True`` runs the prompt once (prefill)
-    and then only the newest token, reading earlier keys and values from a cache per layer.
-    Both choose the same tokens; the logits agree to rounding.
+    prompt: token ids (B, T0), T0 >= 1, every row a whole prompt. Returns (tokens
+    (B, T0 + n_new), logits (B, n_new, V)), the logits each new token was chosen from.
+    ``use_cache=False`` runs the model over the whole sequence at every step (recomputation);
+    ``use_cache=True`` runs the prompt once (prefill) and then only the newest token, reading
+    earlier keys and values from a cache per layer. Both choose the same tokens; the logits
+    agree to rounding.
+
+    Padding is not supported: a padded row would be decoded as if its pad tokens were text, so
+    a batch must hold prompts of one length. Prompts given as a list of 1-D tensors are stacked,
+    and a list of different lengths is refused; generate those one by one.
     """
-    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
-        raise ValueError(f"n_new: expected a positive int, got {n_new!r}")
+    check_int("n_new", n_new)
+    if isinstance(prompt, list | tuple):
+        lengths = [len(row) for row in prompt]
+        if len(set(lengths)) > 1:
+            raise ValueError(
+                f"prompt: prompts of lengths {lengths} cannot share a batch (padding would be "
+                f"read as text); generate them one by one or group prompts of equal length"
+            )
+        prompt = torch.stack(list(prompt))  # (B, T0)
     check_tensor("prompt", prompt, "(B, T0)", rank=2)
+    if prompt.size(1) == 0:
+        raise ValueError(
+            f"prompt: expected at least one token per row, got prompt.shape = {shape_of(prompt)}"
+        )
     if prompt.size(1) + n_new - 1 > model.max_len:  # the last new token is never fed back
         raise ValueError(
             f"n_new: a {prompt.size(1)}-token prompt and {n_new} new tokens need "

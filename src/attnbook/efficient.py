@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from attnbook.attention import check_attention_inputs
+from attnbook._checks import check_attention_inputs
 from attnbook.masks import ALIGNMENTS
 
 _NEG_INF = float("-inf")
@@ -101,7 +101,7 @@ def tiled_attention(
     are skipped. A query row with nothing to attend to gets a zero output, never NaN. Float16 and
     bfloat16 are computed in float32, and the output has the value's dtype.
     """
-    check_attention_inputs(query, key, value, mask, is_causal)
+    check_attention_inputs(query, key, value, mask, is_causal, scale)
     _check_block_size("block_q", block_q)
     _check_block_size("block_k", block_k)
     if causal_align not in ALIGNMENTS:

@@ -4,13 +4,13 @@ While a model generates text, the keys and values of the tokens already seen nev
 :class:`KVCache` stores them, (B, H_kv, S, d_head) each, and grows by the new positions every
 time :meth:`KVCache.append` is called. ``GroupedQueryAttention.forward(..., cache=cache)``
 appends the layer's new keys and values and attends over everything cached; a model with L
-layers keeps L caches.
+layers keeps L caches. :func:`kv_cache_bytes_per_token` is the arithmetic of what that costs.
 """
 
 import torch
 from torch import Tensor
 
-from attnbook._checks import check_same_dtype, check_tensor, shape_of
+from attnbook._checks import check_int, check_same_dtype, check_tensor, shape_of
 
 
 class KVCache:
@@ -59,9 +59,7 @@ class KVCache:
             )
         check_same_dtype("keys", keys, self.keys, "the cache")
         if keys.device != self.keys.device:
-            raise ValueError(
-                f"keys: on {keys.device}, but the cache is on {self.keys.device}"
-            )
+            raise ValueError(f"keys: on {keys.device}, but the cache is on {self.keys.device}")
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Add T new positions, keys and values (B, H_kv, T, d_head); return all S cached.
@@ -76,3 +74,21 @@ class KVCache:
             self.keys = torch.cat([self.keys, keys], dim=2)  # (B, H_kv, S, d_head)
             self.values = torch.cat([self.values, values], dim=2)  # (B, H_kv, S, d_head)
         return self.keys, self.values
+
+
+def kv_cache_bytes_per_token(
+    n_layers: int, n_kv_heads: int, head_dim: int, bytes_per_element: int | torch.dtype = 2
+) -> int:
+    """Bytes a decoder caches per token: 2 (K and V) * layers * KV heads * head width * bytes.
+
+    ``bytes_per_element`` is an int (2 for float16 or bfloat16, 4 for float32) or a torch dtype,
+    whose ``itemsize`` is used. Multiply by the number of tokens (and the batch size) for a
+    whole cache.
+    """
+    check_int("n_layers", n_layers)
+    check_int("n_kv_heads", n_kv_heads)
+    check_int("head_dim", head_dim)
+    if isinstance(bytes_per_element, torch.dtype):
+        bytes_per_element = bytes_per_element.itemsize
+    check_int("bytes_per_element", bytes_per_element)
+    return 2 * n_layers * n_kv_heads * head_dim * bytes_per_element

@@ -11,11 +11,12 @@ up-projections foldable into the query and output projections
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook._checks import (
     check_cached_attention_mask,
+    check_floating,
+    check_head_counts,
     check_int,
     check_model_input,
     check_probability,
@@ -23,20 +24,26 @@ from attnbook._checks import (
     check_tensor,
     shape_of,
 )
-from attnbook.attention import scaled_dot_product_attention
+from attnbook.attention import attend, masked_softmax
 from attnbook.heads import merge_heads, split_heads
 from attnbook.masks import causal_mask, causal_over_cache
 from attnbook.trace import record
 
 
-def rope_angles(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    """The rotation angles (T, dim / 2): position t turns feature pair i by t * base^(-2i/dim)."""
+def rope_angles(
+    positions: Tensor, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """The rotation angles (T, dim / 2): position t turns feature pair i by t * base^(-2i/dim).
+
+    Computed in ``dtype``, float32 or wider: in 16 bits an angle of 1400 radians is off by
+    several radians. float64 is not available on every device (MPS), hence the choice.
+    """
     check_int("dim", dim)
     if dim % 2:
         raise ValueError(f"dim: rotary features come in pairs, so dim must be even, got {dim}")
-    pair = torch.arange(dim // 2, device=positions.device, dtype=torch.float64)  # (dim/2,)
+    pair = torch.arange(dim // 2, device=positions.device, dtype=dtype)  # (dim/2,)
     frequencies = base ** (-2.0 * pair / dim)  # (dim/2,)
-    return positions.to(torch.float64)[:, None] * frequencies[None, :]  # (T, dim/2)
+    return positions.to(dtype)[:, None] * frequencies[None, :]  # (T, dim/2)
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
@@ -47,13 +54,20 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     rotated at position s depends on the positions only through t - s.
     """
     check_tensor("x", x, "(..., T, dim)")
+    check_floating("x", x)
+    if not isinstance(positions, Tensor):
+        raise ValueError(
+            f"positions: expected a tensor of shape (T,), got {type(positions).__name__}; "
+            f"use torch.arange(T) or torch.tensor(positions)"
+        )
     if positions.dim() != 1 or positions.size(0) != x.size(-2):
         raise ValueError(
             f"positions: expected shape (T,) with T = {x.size(-2)} as in x, got "
             f"positions.shape = {shape_of(positions)}"
         )
-    angles = rope_angles(positions, x.size(-1), base).to(x.dtype)  # (T, dim/2)
-    cos, sin = angles.cos(), angles.sin()  # (T, dim/2) each
+    angle_dtype = torch.promote_types(x.dtype, torch.float32)  # never rounded to 16 bits
+    angles = rope_angles(positions, x.size(-1), base, angle_dtype)  # (T, dim/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, dim/2) each
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, dim/2) each
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
     return rotated.flatten(-2)  # (..., T, dim): pairs interleaved back
@@ -165,15 +179,9 @@ class MultiHeadLatentAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-            check_int(name, value)
+        check_head_counts(d_model, n_heads, n_heads)
         check_int("kv_latent_dim", kv_latent_dim)
         check_int("rope_dim", rope_dim, low=0)
-        if d_model % n_heads:
-            raise ValueError(
-                f"d_model: {d_model} is not divisible by n_heads = {n_heads}; each head needs "
-                f"d_head = d_model / n_heads dims"
-            )
         if rope_dim % 2:
             raise ValueError(
                 f"rope_dim: rotary features come in pairs, so rope_dim must be even, got {rope_dim}"
@@ -251,17 +259,9 @@ class MultiHeadLatentAttention(nn.Module):
             record("k full", k, "B H S d_qk", "content and shared rotary key parts")
         mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), x.device)
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            heads, weights = scaled_dot_product_attention(
-                q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
-            )  # (B, H, T, d_head), (B, H, T, S)
-        else:
-            if mask is not None and mask.dtype.is_floating_point:
-                mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
-            )  # (B, H, T, d_head)
-            weights = None
+        heads, weights = attend(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
+        )  # (B, H, T, d_head), (B, H, T, S) or None
         merged = merge_heads(heads)  # (B, T, D)
         record("merged", merged, "B T D", "heads concatenated back to model width")
         output = self.out_proj(merged)  # (B, T, D)
@@ -306,6 +306,7 @@ class MultiHeadLatentAttention(nn.Module):
         self._check_inputs(x, mask, is_causal, cache)
         latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
         w_q_absorbed, b_q_absorbed, w_o_absorbed = self.absorbed_weights()
+        work_dtype = torch.promote_types(x.dtype, torch.float32)
         q_latent = torch.einsum("hcd,btd->bhtc", w_q_absorbed, x)  # (B, H, T, d_c)
         if b_q_absorbed is not None:
             q_latent = q_latent + b_q_absorbed[None, :, None, :]  # (B, H, T, d_c)
@@ -315,16 +316,11 @@ class MultiHeadLatentAttention(nn.Module):
             scores = scores + q_rope @ rope_keys[:, None].transpose(-2, -1)  # (B, H, T, S)
         scores = scores / math.sqrt(self.head_dim + self.rope_dim)  # (B, H, T, S)
         record("scores", scores, "B H T S", "scores against the cached latents directly")
-        mask, is_causal = causal_over_cache(
-            mask, is_causal, x.size(1), latents.size(1), x.device
-        )
         if is_causal:
-            mask = causal_mask(x.size(1), latents.size(1), device=x.device)  # (T, S)
-        if mask is not None and mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, T, S)
-        elif mask is not None:
-            scores = scores + mask  # (B, H, T, S)
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (B, H, T, S)
+            mask = causal_mask(
+                x.size(1), latents.size(1), align="bottom-right", device=x.device
+            )  # (T, S): the new queries are the last T positions
+        weights = masked_softmax(scores.to(work_dtype), mask).to(latents.dtype)  # (B, H, T, S)
         out_latent = weights @ latents[:, None]  # (B, H, T, d_c)
         record("o latent", out_latent, "B H T d_c", "weighted latents, one per head")
         output = torch.einsum("hdc,bhtc->btd", w_o_absorbed, out_latent)  # (B, T, D)

@@ -1,36 +1,20 @@
 """Multi-head, grouped-query and multi-query attention as one module."""
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook._checks import (
     check_cached_attention_mask,
-    check_int,
+    check_head_counts,
     check_model_input,
     check_probability,
     check_same_dtype,
     shape_of,
 )
-from attnbook.attention import scaled_dot_product_attention
-from attnbook.heads import merge_heads, repeat_kv, split_heads
+from attnbook.attention import attend
+from attnbook.heads import merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_over_cache
 from attnbook.trace import record
-
-
-def _check_head_counts(d_model: int, n_heads: int, n_kv_heads: int) -> None:
-    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-        check_int(name, value)
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model: {d_model} is not divisible by n_heads = {n_heads}; each head needs "
-            f"d_head = d_model / n_heads dims"
-        )
-    if n_heads % n_kv_heads:
-        raise ValueError(
-            f"n_kv_heads: n_heads = {n_heads} is not divisible by n_kv_heads = {n_kv_heads}; "
-            f"each key/value head must serve the same number of query heads"
-        )
 
 
 def _describe(names: tuple[str, ...], values: tuple) -> str:
@@ -67,7 +51,7 @@ class GroupedQueryAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        _check_head_counts(d_model, n_heads, n_kv_heads)
+        check_head_counts(d_model, n_heads, n_kv_heads)
         check_probability("dropout", dropout)
         self.d_model = d_model
         self.n_heads = n_heads
@@ -136,10 +120,10 @@ class GroupedQueryAttention(nn.Module):
             k, v = self._extend_cache(cache, k, v)  # (B, H_kv, S, d_head): cached and new
             mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), q.device)
 
-        if need_weights:
-            heads, weights = self._attend_explicitly(q, k, v, mask, is_causal)
-        else:
-            heads, weights = self._attend_fused(q, k, v, mask, is_causal), None
+        dropout_p = self.dropout if self.training else 0.0
+        heads, weights = attend(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
+        )  # (B, H, T, d_head), (B, H, T, S) or None
         merged = merge_heads(heads)  # (B, T, D)
         record("merged", merged, "B T D", "heads concatenated back to model width")
         output = self.out_proj(merged)  # (B, T, D)
@@ -152,39 +136,6 @@ class GroupedQueryAttention(nn.Module):
         record("k cache", k, "B H_kv S d_head", "cached keys: every position so far")
         record("v cache", v, "B H_kv S d_head", "cached values: every position so far")
         return k, v
-
-    def _attend_explicitly(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
-    ) -> tuple[Tensor, Tensor]:
-        """The library's attention, which keeps the weights; K and V copied for each group."""
-        group_size = self.n_heads // self.n_kv_heads
-        if group_size > 1:
-            k = repeat_kv(k, group_size)  # (B, H, S, d_head)
-            v = repeat_kv(v, group_size)  # (B, H, S, d_head)
-            record("k repeated", k, "B H S d_head", "each key head copied for its group")
-            record("v repeated", v, "B H S d_head", "each value head copied for its group")
-        dropout_p = self.dropout if self.training else 0.0
-        return scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
-        )  # (B, H, T, d_head), (B, H, T, S)
-
-    def _attend_fused(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
-    ) -> Tensor:
-        """PyTorch's fused kernel, which shares the key/value heads itself and keeps no weights."""
-        if mask is not None and mask.dtype.is_floating_point:
-            mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
-        heads = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal,
-            enable_gqa=self.n_kv_heads != self.n_heads,
-        )  # (B, H, T, d_head)
-        record("attended", heads, "B H T d_head", "PyTorch's fused kernel; no weights kept")
-        return heads
 
 
 class MultiHeadAttention(GroupedQueryAttention):
@@ -205,6 +156,10 @@ class MultiHeadAttention(GroupedQueryAttention):
         PyTorch stacks W_q, W_k and W_v into one ``in_proj_weight`` of shape (3D, D); the three
         row blocks are our three projections. Returns ``self``.
         """
+        if not isinstance(torch_mha, nn.MultiheadAttention):
+            raise ValueError(
+                f"torch_mha: expected a torch.nn.MultiheadAttention, got {type(torch_mha).__name__}"
+            )
         names = ("embed_dim", "num_heads", "packed in_proj_weight", "bias", "extra key/value")
         expected = (self.d_model, self.n_heads, True, self.q_proj.bias is not None, False)
         got = (

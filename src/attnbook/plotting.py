@@ -19,6 +19,8 @@ from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from attnbook._checks import check_int
+
 CMAP = "viridis"
 CELL_INCHES = 0.45
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
@@ -109,6 +111,9 @@ def plot_heads(
     """
     stack = _as_array(weights, "weights", 3, "(H, T, S); index a batch item first")
     n_heads, n_queries, n_keys = stack.shape
+    if n_heads == 0:
+        raise ValueError(f"weights: expected at least one head, got shape {stack.shape}")
+    check_int("ncols", ncols)
     _check_labels("query_labels", query_labels, n_queries, "query row")
     _check_labels("key_labels", key_labels, n_keys, "key column")
     _check_labels("titles", titles, n_heads, "head")

@@ -16,23 +16,13 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbook._checks import check_same_batch_dims, check_same_dtype, check_tensor, shape_of
+from attnbook._checks import (
+    check_int,
+    check_query_key,
+    check_scale,
+    shape_of,
+)
 from attnbook.trace import record
-
-
-def check_query_key(
-    query: Tensor, key: Tensor, query_dim: int | None, key_dim: int | None
-) -> None:
-    """query (..., T, d_q) and key (..., S, d_k) with equal batch dims and the expected widths."""
-    check_tensor("query", query, "(..., T, d_q)")
-    check_tensor("key", key, "(..., S, d_k)", rank=query.dim())
-    check_same_batch_dims("key", key, query)
-    check_same_dtype("key", key, query, "query")
-    for name, tensor, width in (("query", query, query_dim), ("key", key, key_dim)):
-        if width is not None and tensor.size(-1) != width:
-            raise ValueError(
-                f"{name}: expected last dim {width}, got {name}.shape = {shape_of(tensor)}"
-            )
 
 
 def _check_same_width(query: Tensor, key: Tensor) -> None:
@@ -56,17 +46,22 @@ class DotScore(nn.Module):
 
 
 class ScaledDotScore(nn.Module):
-    """score(q, k) = q . k * scale, with scale = 1 / sqrt(d) unless given."""
+    """score(q, k) = q . k * scale, with scale = 1 / sqrt(d) unless given (finite).
+
+    The query is scaled *before* the dot product: in float16 a q . k of a few tens of thousands
+    overflows to inf, while q * scale . k fits.
+    """
 
     def __init__(self, scale: float | None = None) -> None:
         super().__init__()
+        check_scale(scale)
         self.scale = scale
 
     def forward(self, query: Tensor, key: Tensor) -> Tensor:
         check_query_key(query, key, None, None)
         _check_same_width(query, key)
         scale = 1.0 / math.sqrt(query.size(-1)) if self.scale is None else self.scale
-        scores = (query @ key.transpose(-2, -1)) * scale  # (..., T, S)
+        scores = (query * scale) @ key.transpose(-2, -1)  # (..., T, S)
         record("scaled dot scores", scores, "... T S", "q . k / sqrt(d) for every pair")
         return scores
 
@@ -76,6 +71,8 @@ class GeneralScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
+        check_int("query_dim", query_dim)
+        check_int("key_dim", key_dim)
         self.query_dim = query_dim
         self.key_dim = key_dim
         self.W = nn.Parameter(torch.randn(query_dim, key_dim) / math.sqrt(key_dim))
@@ -94,6 +91,12 @@ class AdditiveScore(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
         super().__init__()
+        for name, width in (
+            ("query_dim", query_dim),
+            ("key_dim", key_dim),
+            ("hidden_dim", hidden_dim),
+        ):
+            check_int(name, width)
         self.query_dim = query_dim
         self.key_dim = key_dim
         self.W_q = nn.Linear(query_dim, hidden_dim, bias=False)

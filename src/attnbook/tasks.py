@@ -90,6 +90,13 @@ def encode_words(words: Sequence[str]) -> tuple[Tensor, Tensor]:
 def decode_ids(ids: Tensor) -> list[str]:
     """The tokens of one sequence of ids (S,), up to and including the first EOS, without PAD."""
     check_tensor("ids", ids, "(S,)", rank=1)
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ValueError(f"ids: expected integer token ids, got dtype {ids.dtype}")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= len(VOCAB)):
+        raise ValueError(
+            f"ids: expected token ids in [0, {len(VOCAB) - 1}], got values from "
+            f"{ids.min().item()} to {ids.max().item()}"
+        )
     tokens = []
     for token_id in ids.tolist():
         if token_id != PAD:

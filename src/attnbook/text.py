@@ -1,26 +1,27 @@
 """A small text corpus and the character-level pieces a language model trains on.
 
 :func:`load_genesis` reads the Book of Genesis (King James Version) shipped in the repository
-(``data/genesis_kjv.txt``, made by ``scripts/make_genesis_text.py``). :class:`CharVocabulary`
+(``data/genesis_kjv.txt``, made by ``scripts/make_genesis_text.py`` and installed with the
+package as ``attnbook.data``). :class:`CharVocabulary`
 maps characters to token ids and back, :func:`train_validation_split` cuts the ids in two
 contiguous parts, and :func:`random_batch` draws (inputs, targets) windows from a seeded
 ``torch.Generator``: the targets are the inputs shifted by one character.
 """
 
-from pathlib import Path
+from importlib.resources import files
 
 import torch
 from torch import Tensor
 
 from attnbook._checks import check_int, check_probability, check_tensor, shape_of
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+DATA = files("attnbook.data")  # the repository's data/, installed as package data
 
 
 def load_genesis() -> str:
     """The Book of Genesis, KJV, one verse a line (about 197,000 ASCII characters)."""
-    path = DATA_DIR / "genesis_kjv.txt"
-    if not path.exists():
+    path = DATA / "genesis_kjv.txt"
+    if not path.is_file():
         raise FileNotFoundError(
             f"{path} is missing; regenerate it with scripts/make_genesis_text.py"
         )
@@ -74,8 +75,7 @@ def train_validation_split(ids: Tensor, validation_fraction: float = 0.1) -> tup
     n_validation = round(ids.numel() * validation_fraction)
     if not 0 < n_validation < ids.numel():
         raise ValueError(
-            f"validation_fraction: {validation_fraction} of {ids.numel()} ids leaves one part "
-            f"empty"
+            f"validation_fraction: {validation_fraction} of {ids.numel()} ids leaves one part empty"
         )
     return ids[:-n_validation], ids[-n_validation:]  # (N - N_val,), (N_val,)
 
@@ -89,6 +89,11 @@ def random_batch(
     character after ``inputs[b, t]``. The offsets come from ``generator`` alone.
     """
     check_tensor("ids", ids, "(N,)", rank=1)
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"generator: expected a torch.Generator (the offsets come from it alone), got "
+            f"{type(generator).__name__}; pass torch.Generator().manual_seed(seed)"
+        )
     check_int("batch_size", batch_size)
     check_int("block_size", block_size)
     if ids.numel() < block_size + 1:

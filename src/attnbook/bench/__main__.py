@@ -6,22 +6,12 @@ its target and a met / NOT met verdict, then the total wall-clock time.
 """
 
 import argparse
-import importlib
 import platform
 import time
 
 import torch
 
-from attnbook.bench import attention
-
-
-def decoding_table(quick: bool) -> str:
-    """The KV-cache decoding table, or one line saying why it is not available."""
-    try:
-        decoding = importlib.import_module("attnbook.bench.decoding")
-    except ImportError as error:
-        return f"KV-cache decoding benchmark: not available ({error})"
-    return decoding.run(quick)
+from attnbook.bench import attention, decoding
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     print(flush=True)
     print(attention.format_modules(attention.module_benchmark(args.quick), args.quick), flush=True)
     print(flush=True)
-    print(decoding_table(args.quick), flush=True)
+    print(decoding.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

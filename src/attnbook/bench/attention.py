@@ -171,18 +171,36 @@ def module_verdict(results: list[ModuleResult]) -> tuple[float, bool]:
 def format_kernels(results: list[KernelResult], quick: bool = False) -> str:
     """The kernel results as a text table plus the memory target's verdict."""
     config = QUICK if quick else FULL
-    header = ["T", "explicit ms", "tiled ms", "SDPA ms", "tiled/expl", "SDPA/expl",
-              "explicit MiB", "tiled MiB", "SDPA MiB", "tiled/expl mem"]
+    header = [
+        "T",
+        "explicit ms",
+        "tiled ms",
+        "SDPA ms",
+        "tiled/expl",
+        "SDPA/expl",
+        "explicit MiB",
+        "tiled MiB",
+        "SDPA MiB",
+        "tiled/expl mem",
+    ]
     rows = []
     for r in results:
         ms = {name: 1000 * seconds for name, seconds in r.seconds.items()}
         mib = {name: size / MIB for name, size in r.peak_bytes.items()}
-        rows.append([
-            str(r.length), f"{ms['explicit']:.1f}", f"{ms['tiled']:.1f}", f"{ms['sdpa']:.1f}",
-            f"{ms['tiled'] / ms['explicit']:.2f}x", f"{ms['sdpa'] / ms['explicit']:.2f}x",
-            f"{mib['explicit']:.1f}", f"{mib['tiled']:.1f}", f"{mib['sdpa']:.1f}",
-            f"{r.peak_bytes['tiled'] / r.peak_bytes['explicit']:.3f}",
-        ])
+        rows.append(
+            [
+                str(r.length),
+                f"{ms['explicit']:.1f}",
+                f"{ms['tiled']:.1f}",
+                f"{ms['sdpa']:.1f}",
+                f"{ms['tiled'] / ms['explicit']:.2f}x",
+                f"{ms['sdpa'] / ms['explicit']:.2f}x",
+                f"{mib['explicit']:.1f}",
+                f"{mib['tiled']:.1f}",
+                f"{mib['sdpa']:.1f}",
+                f"{r.peak_bytes['tiled'] / r.peak_bytes['explicit']:.3f}",
+            ]
+        )
     length, ratio, met = memory_verdict(results)
     title = (
         f"Attention kernels: B={config['batch']}, H={config['heads']}, "
@@ -199,15 +217,31 @@ def format_kernels(results: list[KernelResult], quick: bool = False) -> str:
 def format_modules(results: list[ModuleResult], quick: bool = False) -> str:
     """The module results as a text table plus the overhead target's verdict."""
     config = QUICK if quick else FULL
-    header = ["T", "module", "bare SDPA ms", "attnbook ms", "attnbook/bare",
-              "nn.MHA ms", "nn.MHA/bare"]
+    header = [
+        "T",
+        "module",
+        "bare SDPA ms",
+        "attnbook ms",
+        "attnbook/bare",
+        "nn.MHA ms",
+        "nn.MHA/bare",
+    ]
     rows = []
     for r in results:
         bare, ours = r.seconds["bare"], r.seconds["attnbook"]
         torch_ms = f"{1000 * r.seconds['torch']:.1f}" if "torch" in r.seconds else "-"
         torch_ratio = f"{r.seconds['torch'] / bare:.2f}x" if "torch" in r.seconds else "-"
-        rows.append([str(r.length), r.kind, f"{1000 * bare:.1f}", f"{1000 * ours:.1f}",
-                     f"{ours / bare:.2f}x", torch_ms, torch_ratio])
+        rows.append(
+            [
+                str(r.length),
+                r.kind,
+                f"{1000 * bare:.1f}",
+                f"{1000 * ours:.1f}",
+                f"{ours / bare:.2f}x",
+                torch_ms,
+                torch_ratio,
+            ]
+        )
     worst, met = module_verdict(results)
     outcome = "met" if met else "NOT met"
     if worst != worst:  # nan: quick mode measures no T >= MODULE_TARGET_MIN_T
@@ -223,10 +257,3 @@ def format_modules(results: list[ModuleResult], quick: bool = False) -> str:
         f"T >= {MODULE_TARGET_MIN_T}: worst {worst:.2f}x -> {outcome}"
     )
     return "\n".join([title, *_table(header, rows), verdict])
-
-
-def run(quick: bool = False) -> str:
-    """Run both benchmarks and return their tables, separated by a blank line."""
-    kernels = format_kernels(kernel_benchmark(quick), quick)
-    modules = format_modules(module_benchmark(quick), quick)
-    return kernels + "\n\n" + modules

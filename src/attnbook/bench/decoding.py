@@ -74,16 +74,18 @@ def decode_benchmark(
             set_seed(0)
             sizes = MODEL_SIZES
             model = TinyDecoder(
-                sizes["vocab_size"], sizes["d_model"], sizes["n_heads"], n_kv_heads,
-                sizes["n_layers"], max_len=PROMPT_LEN + n_new,
+                sizes["vocab_size"],
+                d_model=sizes["d_model"],
+                n_heads=sizes["n_heads"],
+                n_kv_heads=n_kv_heads,
+                n_layers=sizes["n_layers"],
+                max_len=PROMPT_LEN + n_new,
             ).eval()
             prompt = torch.randint(0, sizes["vocab_size"], (1, PROMPT_LEN))  # (B, T0)
             for use_cache in (True, False):  # warm-up: a few tokens each way
                 greedy_generate(model, prompt, PROMPT_LEN, use_cache=use_cache)
             cached_s, cached_tokens = timed_generation(model, prompt, n_new, True, repeats)
-            recomputed_s, recomputed_tokens = timed_generation(
-                model, prompt, n_new, False, repeats
-            )
+            recomputed_s, recomputed_tokens = timed_generation(model, prompt, n_new, False, repeats)
             same_tokens = torch.equal(cached_tokens, recomputed_tokens)
             results.append(
                 DecodeResult(variant, n_kv_heads, n_new, cached_s, recomputed_s, same_tokens)

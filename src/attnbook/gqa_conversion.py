@@ -1,33 +1,14 @@
-"""What key/value heads cost in a KV cache, and how to keep fewer of them.
+"""Converting multi-head attention into grouped-query attention by mean-pooling key/value heads.
 
-:func:`kv_cache_bytes_per_token` is the cache arithmetic: every layer keeps one key and one value
-vector per key/value head for every token. :func:`mean_pool_kv_heads` converts a multi-head (or
-grouped-query) attention module into one with fewer key/value heads by averaging the key and
-value projections of each group, the conversion of Ainslie et al. (2023).
+:func:`mean_pool_kv_heads` turns a multi-head (or grouped-query) attention module into one with
+fewer key/value heads by averaging the key and value projections of each group, the conversion
+of Ainslie et al. (2023).
 """
 
 import torch
 
 from attnbook._checks import check_int
 from attnbook.multihead import GroupedQueryAttention
-
-
-def kv_cache_bytes_per_token(
-    n_layers: int, n_kv_heads: int, head_dim: int, bytes_per_element: int | torch.dtype = 2
-) -> int:
-    """Bytes a decoder caches per token: 2 (K and V) * layers * KV heads * head width * bytes.
-
-    ``bytes_per_element`` is an int (2 for float16 or bfloat16, 4 for float32) or a torch dtype,
-    whose ``itemsize`` is used. Multiply by the number of tokens (and the batch size) for a
-    whole cache.
-    """
-    check_int("n_layers", n_layers)
-    check_int("n_kv_heads", n_kv_heads)
-    check_int("head_dim", head_dim)
-    if isinstance(bytes_per_element, torch.dtype):
-        bytes_per_element = bytes_per_element.itemsize
-    check_int("bytes_per_element", bytes_per_element)
-    return 2 * n_layers * n_kv_heads * head_dim * bytes_per_element
 
 
 def _pool_rows(weight: torch.Tensor, n_groups: int, group_size: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ def sequence_loss(model: Seq2Seq, batch: Batch) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), batch.target.flatten(), ignore_index=PAD)
 
 
-def train(
+def train_seq2seq(
     model: Seq2Seq,
     next_batch: Callable[[], Batch],
     steps: int,
