@@ -10,7 +10,7 @@ from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_at
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import online_softmax, tiled_attention
 from attnbook.gqa_conversion import mean_pool_kv_heads
-from attnbook.heads import merge_heads, repeat_kv, split_heads
+from attnbook.heads import gate_heads, merge_heads, repeat_kv, split_heads
 from attnbook.kv_cache import KVCache, kv_cache_bytes_per_token
 from attnbook.latent import LatentCache, MultiHeadLatentAttention, apply_rope
 from attnbook.lm_training import (
@@ -71,6 +71,7 @@ __all__ = [
     "decode_ids",
     "encode_words",
     "evaluate_loss",
+    "gate_heads",
     "get_device",
     "greedy_decode",
     "greedy_generate",

@@ -140,6 +140,26 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], layout: str) -> None
         )
 
 
+def check_head_mask(head_mask: object, batch: int, n_heads: int, dtype: torch.dtype) -> None:
+    """A head gate is a floating (H,) or (B, H) tensor, one factor per head (and batch item)."""
+    if head_mask is None:
+        return
+    if not isinstance(head_mask, Tensor):
+        raise ValueError(
+            f"head_mask: expected a tensor of shape (H,) or (B, H), got {type(head_mask).__name__}"
+        )
+    if head_mask.dtype != dtype:
+        raise ValueError(
+            f"head_mask: expected dtype {dtype} as the inputs (one float factor per head), got "
+            f"{head_mask.dtype}"
+        )
+    if head_mask.shape not in ((n_heads,), (batch, n_heads)):
+        raise ValueError(
+            f"head_mask: expected shape (H,) = ({n_heads},) or (B, H) = ({batch}, {n_heads}), "
+            f"got head_mask.shape = {shape_of(head_mask)}"
+        )
+
+
 def check_cached_attention_mask(
     mask: Tensor | None,
     is_causal: bool,

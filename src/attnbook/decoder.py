@@ -78,17 +78,25 @@ class DecoderBlock(nn.Module):
         )
 
     def forward_with_weights(
-        self, x: Tensor, cache=None, *, need_weights: bool = False
+        self, x: Tensor, cache=None, *, need_weights: bool = False, head_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """The block's output (B, T, D) and, with ``need_weights``, its attention (B, H, T, S)."""
+        """The block's output (B, T, D) and, with ``need_weights``, its attention (B, H, T, S).
+
+        ``head_mask`` (H,) or (B, H) gates the attention's heads (see
+        :class:`attnbook.GroupedQueryAttention`).
+        """
         attended, weights = self.attention(
-            self.attention_norm(x), is_causal=True, need_weights=need_weights, cache=cache
+            self.attention_norm(x),
+            is_causal=True,
+            need_weights=need_weights,
+            cache=cache,
+            head_mask=head_mask,
         )
         x = x + attended  # (B, T, D)
         return x + self.mlp(self.mlp_norm(x)), weights  # (B, T, D), (B, H, T, S) or None
 
-    def forward(self, x: Tensor, cache=None) -> Tensor:
-        return self.forward_with_weights(x, cache)[0]  # (B, T, D)
+    def forward(self, x: Tensor, cache=None, *, head_mask: Tensor | None = None) -> Tensor:
+        return self.forward_with_weights(x, cache, head_mask=head_mask)[0]  # (B, T, D)
 
 
 class TinyDecoder(nn.Module):
@@ -170,17 +178,35 @@ class TinyDecoder(nn.Module):
         record("embedded", x, "B T D", "token + position embeddings")
         return x
 
-    def forward(self, tokens: Tensor, caches: list | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, caches: list | None = None, *, head_mask: Tensor | None = None
+    ) -> Tensor:
+        """Logits (B, T, V) for token ids (B, T); see the class docstring for ``caches``.
+
+        ``head_mask`` (L, H) gates every head of every layer (Michel et al.'s xi): row l is
+        passed to layer l's attention. Float, in the model's dtype; differentiable.
+        """
         if caches is not None and len(caches) != len(self.blocks):
             kind = type(self.blocks[0].attention.new_cache()).__name__
             raise ValueError(f"caches: expected {len(self.blocks)} {kind}, got {len(caches)}")
+        self._check_head_mask(head_mask)
         past = 0 if caches is None else len(caches[0])
         x = self._embed(tokens, past)  # (B, T, D)
         for index, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[index])  # (B, T, D)
+            cache = None if caches is None else caches[index]
+            layer_mask = None if head_mask is None else head_mask[index]  # (H,)
+            x = block(x, cache, head_mask=layer_mask)  # (B, T, D)
         logits = self.lm_head(self.final_norm(x))  # (B, T, V)
         record("logits", logits, "B T V", "a score for every vocabulary entry (V)")
         return logits
+
+    def _check_head_mask(self, head_mask: Tensor | None) -> None:
+        expected = (len(self.blocks), self.blocks[0].attention.n_heads)
+        if head_mask is not None and (
+            not isinstance(head_mask, Tensor) or tuple(head_mask.shape) != expected
+        ):
+            got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask)
+            raise ValueError(f"head_mask: expected shape (L, H) = {expected}, got {got}")
 
     @torch.no_grad()
     def attention_weights(self, tokens: Tensor) -> Tensor:

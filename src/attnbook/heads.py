@@ -32,6 +32,18 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.view(batch, length, n_heads * head_dim)  # (B, T, H * d_head)
 
 
+def gate_heads(heads: Tensor, head_mask: Tensor | None) -> Tensor:
+    """Multiply each head's output (B, H, T, d_head) by its gate: ``head_mask`` (H,) or (B, H).
+
+    Michel et al.'s xi_h: 1 keeps head h, 0 removes it, and since the product is differentiable
+    d loss / d xi_h is one backward pass. ``None`` leaves the heads untouched.
+    """
+    if head_mask is None:
+        return heads
+    gates = head_mask[..., None, None]  # (H, 1, 1) or (B, H, 1, 1)
+    return heads * gates  # (B, H, T, d_head)
+
+
 def repeat_kv(x: Tensor, n_repeats: int) -> Tensor:
     """(B, H_kv, S, d_head) -> (B, H_kv * n_repeats, S, d_head), each head repeated in place.
 

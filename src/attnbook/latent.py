@@ -17,6 +17,7 @@ from attnbook._checks import (
     check_cached_attention_mask,
     check_floating,
     check_head_counts,
+    check_head_mask,
     check_int,
     check_model_input,
     check_probability,
@@ -25,7 +26,7 @@ from attnbook._checks import (
     shape_of,
 )
 from attnbook.attention import attend, masked_softmax
-from attnbook.heads import merge_heads, split_heads
+from attnbook.heads import gate_heads, merge_heads, split_heads
 from attnbook.masks import causal_mask, causal_over_cache
 from attnbook.trace import record
 
@@ -166,6 +167,9 @@ class MultiHeadLatentAttention(nn.Module):
     follow :class:`attnbook.GroupedQueryAttention`. ``cache`` (from :meth:`new_cache`): the new
     tokens' latents and rotary keys are appended, their positions start at the cache's length,
     and with ``is_causal`` the mask is ``causal_mask(T, S, align="bottom-right")``.
+    ``head_mask`` (H,) or (B, H) gates each head's output before the merge, as in
+    :class:`attnbook.GroupedQueryAttention` (and in :meth:`absorbed_forward`, each head's
+    weighted latents, which is the same thing).
     """
 
     def __init__(
@@ -206,11 +210,17 @@ class MultiHeadLatentAttention(nn.Module):
         return LatentCache()
 
     def _check_inputs(
-        self, x: Tensor, mask: Tensor | None, is_causal: bool, cache: LatentCache | None
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+        cache: LatentCache | None,
+        head_mask: Tensor | None,
     ) -> None:
         check_model_input("x", x, "(B, T, D)", self.d_model)
         new_scores_shape = (x.size(0), self.n_heads, x.size(1), x.size(1))
         check_cached_attention_mask(mask, is_causal, cache, LatentCache, new_scores_shape)
+        check_head_mask(head_mask, x.size(0), self.n_heads, x.dtype)
 
     def _latents_and_rope(
         self, x: Tensor, cache: LatentCache | None
@@ -242,8 +252,9 @@ class MultiHeadLatentAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: LatentCache | None = None,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        self._check_inputs(x, mask, is_causal, cache)
+        self._check_inputs(x, mask, is_causal, cache, head_mask)
         latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, d_head)
         k = split_heads(self.k_up(latents), self.n_heads)  # (B, H, S, d_head)
@@ -262,6 +273,7 @@ class MultiHeadLatentAttention(nn.Module):
         heads, weights = attend(
             q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
         )  # (B, H, T, d_head), (B, H, T, S) or None
+        heads = gate_heads(heads, head_mask)  # (B, H, T, d_head)
         merged = merge_heads(heads)  # (B, T, D)
         record("merged", merged, "B T D", "heads concatenated back to model width")
         output = self.out_proj(merged)  # (B, T, D)
@@ -295,6 +307,7 @@ class MultiHeadLatentAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         cache: LatentCache | None = None,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The same attention computed in latent space: keys and values never up-projected.
 
@@ -303,7 +316,7 @@ class MultiHeadLatentAttention(nn.Module):
         by the folded output projection. Same arguments and result as :meth:`forward` with
         ``need_weights=True`` (no dropout); returns (output (B, T, D), weights (B, H, T, S)).
         """
-        self._check_inputs(x, mask, is_causal, cache)
+        self._check_inputs(x, mask, is_causal, cache, head_mask)
         latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
         w_q_absorbed, b_q_absorbed, w_o_absorbed = self.absorbed_weights()
         work_dtype = torch.promote_types(x.dtype, torch.float32)
@@ -321,7 +334,7 @@ class MultiHeadLatentAttention(nn.Module):
                 x.size(1), latents.size(1), align="bottom-right", device=x.device
             )  # (T, S): the new queries are the last T positions
         weights = masked_softmax(scores.to(work_dtype), mask).to(latents.dtype)  # (B, H, T, S)
-        out_latent = weights @ latents[:, None]  # (B, H, T, d_c)
+        out_latent = gate_heads(weights @ latents[:, None], head_mask)  # (B, H, T, d_c)
         record("o latent", out_latent, "B H T d_c", "weighted latents, one per head")
         output = torch.einsum("hdc,bhtc->btd", w_o_absorbed, out_latent)  # (B, T, D)
         if self.out_proj.bias is not None:

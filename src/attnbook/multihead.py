@@ -5,13 +5,14 @@ from torch import Tensor, nn
 from attnbook._checks import (
     check_cached_attention_mask,
     check_head_counts,
+    check_head_mask,
     check_model_input,
     check_probability,
     check_same_dtype,
     shape_of,
 )
 from attnbook.attention import attend
-from attnbook.heads import merge_heads, split_heads
+from attnbook.heads import gate_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_over_cache
 from attnbook.trace import record
@@ -39,6 +40,12 @@ class GroupedQueryAttention(nn.Module):
     it and the T queries attend over all S cached positions, so S counts the cached ones too
     (a ``mask`` must broadcast to that S). With ``is_causal`` the queries are taken to be the
     *last* T positions: the mask is ``causal_mask(T, S, align="bottom-right")``.
+
+    ``head_mask``: (H,) or (B, H) floats in the inputs' dtype, multiplying each query head's
+    output before the heads are merged (Michel et al.'s gates; see :func:`attnbook.gate_heads`).
+    With grouped key/value heads a gate acts on one *query* head: the key/value head it reads
+    still serves the other query heads of its group, so removing a key/value head means gating
+    every query head of its group.
     """
 
     def __init__(
@@ -103,12 +110,14 @@ class GroupedQueryAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         if key is None and value is not None:
             raise ValueError("key: got value but no key; pass both for cross-attention")
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, mask, is_causal, cache)
+        check_head_mask(head_mask, query.size(0), self.n_heads, query.dtype)
 
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, d_head)
         k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, S, d_head)
@@ -124,6 +133,7 @@ class GroupedQueryAttention(nn.Module):
         heads, weights = attend(
             q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
         )  # (B, H, T, d_head), (B, H, T, S) or None
+        heads = gate_heads(heads, head_mask)  # (B, H, T, d_head)
         merged = merge_heads(heads)  # (B, T, D)
         record("merged", merged, "B T D", "heads concatenated back to model width")
         output = self.out_proj(merged)  # (B, T, D)
