@@ -17,13 +17,16 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 venv: $(INSTALLED)
 
 $(INSTALLED): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "$(PYTHON) is older than Python 3.11, which attnbook requires (pyproject.toml)"; \
+		  echo "Install Python 3.11 or newer, or run: make PYTHON=/path/to/python3.11 test"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
 ## notebooks: re-execute every chapter in place so the committed outputs are fresh
 notebooks: $(INSTALLED)
-	$(BIN)/python scripts/execute_notebooks.py $(NOTEBOOKS)
+	$(BIN)/python scripts/execute_notebooks.py --jobs $(JOBS) $(NOTEBOOKS)
 
 ## book: execute the notebooks, then build the HTML book into _build/html
 book: notebooks
@@ -45,11 +48,13 @@ chromium:
 	fi
 
 ## test: lint, build the book from the committed outputs, run the unit tests, strict nbval and
-## the browser test of the built book (screenshots in _build/screenshots)
+## the browser test of the built book (screenshots in _build/screenshots). Each of the $(JOBS)
+## pytest workers, and the notebook kernel it starts, gets one thread: together they use the
+## cores without oversubscribing them.
 test: $(INSTALLED) chromium
 	$(BIN)/ruff check src tests book scripts
 	$(BUILD_BOOK)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rs tests book \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rs tests book \
 		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 
 ## browser-test: only the browser test, on the book already built in _build/html

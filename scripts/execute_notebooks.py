@@ -1,14 +1,22 @@
 """Execute notebooks in place, top to bottom, so their saved outputs are the current code's.
 
-Usage: python scripts/execute_notebooks.py book/00_conventions.ipynb [more notebooks...]
+Usage: python scripts/execute_notebooks.py [--jobs N] book/00_conventions.ipynb [more...]
 
 Each notebook runs in a fresh kernel with its own folder as the working directory, exactly as
-nbval runs it in `make test`. Timing metadata is not recorded, so re-running an unchanged
-notebook leaves its file unchanged apart from outputs that really vary (timings).
+nbval runs it in `make test`. The chapters are independent, so up to ``--jobs`` of them run at
+once (default: the number of CPU cores), each kernel limited to its share of the cores so that
+together they never oversubscribe the machine. One line per notebook is printed, with its time;
+what the kernels write to stderr (start-up warnings) is kept back and shown only for a notebook
+that fails. Timing metadata is not recorded, so re-running an unchanged notebook leaves its file
+unchanged apart from outputs that really vary (timings).
 """
 
+import argparse
+import os
 import sys
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -18,27 +26,53 @@ KERNEL = "python3"
 TIMEOUT_SECONDS = 600
 
 
-def execute(path: Path) -> float:
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook,
-        kernel_name=KERNEL,
-        timeout=TIMEOUT_SECONDS,
-        record_timing=False,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    start = time.perf_counter()
-    client.execute()
-    seconds = time.perf_counter() - start
+def execute(path: Path, threads: int) -> tuple[float, str | None]:
+    """Run one notebook in place; return (seconds, None) or (seconds, what went wrong)."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by the kernel: torch's thread count
+    with tempfile.TemporaryFile(mode="w+") as kernel_stderr:
+        os.dup2(kernel_stderr.fileno(), 2)  # the kernel inherits this process's stderr
+        notebook = nbformat.read(path, as_version=4)
+        client = NotebookClient(
+            notebook,
+            kernel_name=KERNEL,
+            timeout=TIMEOUT_SECONDS,
+            record_timing=False,
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        start = time.perf_counter()
+        try:
+            client.execute()
+        except Exception as error:  # a failing cell: report it with the kernel's stderr
+            kernel_stderr.seek(0)
+            return time.perf_counter() - start, f"{error}\n{kernel_stderr.read()}"
+        seconds = time.perf_counter() - start
     nbformat.write(notebook, path)
-    return seconds
+    return seconds, None
 
 
-def main(paths: list[str]) -> None:
-    if not paths:
-        sys.exit("usage: execute_notebooks.py NOTEBOOK.ipynb [...]")
-    for name in paths:
-        print(f"{name}: executed in {execute(Path(name)):.1f} s", flush=True)
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    jobs = max(1, min(args.jobs, len(args.notebooks)))
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    start, failed = time.perf_counter(), []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(execute, path, threads): path for path in args.notebooks}
+        for future in as_completed(futures):
+            seconds, problem = future.result()
+            status = "executed" if problem is None else "FAILED"
+            print(f"{futures[future]}: {status} in {seconds:.1f} s", flush=True)
+            if problem is not None:
+                failed.append(f"{futures[future]}: {problem}")
+    print(
+        f"{len(args.notebooks)} notebooks in {time.perf_counter() - start:.1f} s "
+        f"({jobs} at a time, {threads} thread(s) each)",
+        flush=True,
+    )
+    if failed:
+        sys.exit("\n\n".join(failed))
 
 
 if __name__ == "__main__":
