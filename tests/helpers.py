@@ -1,8 +1,11 @@
-"""Shared test helpers: the devices to test on, per-dtype tolerances, a float64 reference."""
+"""Shared test helpers: devices, per-dtype tolerances, float64 references, seeded inputs."""
 
 import math
+import re
 
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnbook import MultiHeadAttention
@@ -45,6 +48,17 @@ def reference_attention(query, key, value, mask=None, scale=None):
     return weights @ value, weights
 
 
+def raises(pattern):
+    """Expect a ValueError whose message contains ``pattern`` literally (no regex)."""
+    return pytest.raises(ValueError, match=re.escape(pattern))
+
+
+def seeded_tensors(*shapes, seed=0, dtype=torch.float32, device="cpu"):
+    """Standard normal tensors of the given shapes from one private generator, in order."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=generator).to(device=device, dtype=dtype) for s in shapes]
+
+
 def random_qkv(
     batch,
     heads,
@@ -57,14 +71,16 @@ def random_qkv(
     value_dim=None,
     seed=0,
 ):
-    generator = torch.Generator().manual_seed(seed)
+    """Seeded query (B, H, T, d), key (B, H, S, d) and value (B, H, S, d_v) tensors."""
     value_dim = head_dim if value_dim is None else value_dim
-    shapes = [
+    return seeded_tensors(
         (batch, heads, query_len, head_dim),
         (batch, heads, key_len, head_dim),
         (batch, heads, key_len, value_dim),
-    ]
-    return [torch.randn(s, generator=generator).to(device=device, dtype=dtype) for s in shapes]
+        seed=seed,
+        dtype=dtype,
+        device=device,
+    )
 
 
 def seeded_randn(*shape, device="cpu", seed=1):
@@ -78,3 +94,35 @@ def mha_pair(d_model, n_heads, device, *, bias=True):
     theirs = nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).to(device)
     ours = MultiHeadAttention(d_model, n_heads, bias=bias).to(device).copy_weights_from(theirs)
     return ours.eval(), theirs.eval()
+
+
+def linear_float64(layer, x):
+    """An nn.Linear applied in float64 on the CPU: x W^T + b."""
+    bias = None if layer.bias is None else as_float64(layer.bias)
+    return F.linear(as_float64(x), as_float64(layer.weight), bias)
+
+
+def grouped_attention_reference(module, query, key=None, value=None, *, mask=None, is_causal=False):
+    """What a GroupedQueryAttention computes, in float64 on the CPU, from its weights.
+
+    Heads are split with plain view/transpose and shared by PyTorch's SDPA with
+    ``enable_gqa=True``, so none of the library's head or attention code takes part.
+    query (B, T, D), key and value (B, S, D), default self-attention; returns (B, T, D).
+    """
+    key = query if key is None else key
+    value = key if value is None else value
+
+    def heads(projection, x, count):
+        projected = linear_float64(projection, x)  # (B, L, count * d_head)
+        return projected.view(x.size(0), x.size(1), count, -1).transpose(1, 2)  # (B, count, L, d)
+
+    q = heads(module.q_proj, query, module.n_heads)  # (B, H, T, d_head)
+    k = heads(module.k_proj, key, module.n_kv_heads)  # (B, H_kv, S, d_head)
+    v = heads(module.v_proj, value, module.n_kv_heads)  # (B, H_kv, S, d_head)
+    if mask is not None:
+        mask = mask.cpu() if mask.dtype == torch.bool else as_float64(mask)
+    attended = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True
+    )  # (B, H, T, d_head)
+    merged = attended.transpose(1, 2).reshape(query.size(0), query.size(1), -1)  # (B, T, D)
+    return linear_float64(module.out_proj, merged)  # (B, T, D)

@@ -5,12 +5,18 @@ deep inside, or an input silently accepted.
 """
 
 import math
-import re
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TOLERANCES, as_float64, random_qkv, reference_attention, seeded_randn
+from helpers import (
+    TOLERANCES,
+    as_float64,
+    raises,
+    random_qkv,
+    reference_attention,
+    seeded_randn,
+)
 
 from attnbook import (
     AdditiveAttention,
@@ -31,11 +37,6 @@ from attnbook import (
     split_heads,
     tiled_attention,
 )
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
-
 
 # Rotary embeddings in 16 bits: angles must not be rounded before cos and sin.
 

@@ -1,9 +1,8 @@
 """Every bad input raises ValueError naming the argument, what it got and what it expected."""
 
-import re
-
 import pytest
 import torch
+from helpers import raises
 
 from attnbook import (
     AdditiveAttention,
@@ -20,10 +19,6 @@ q = torch.randn(2, 3, 4, 8)  # (B, H, T, d)
 k = torch.randn(2, 3, 5, 8)  # (B, H, S, d)
 v = torch.randn(2, 3, 5, 6)  # (B, H, S, d_v)
 x = torch.randn(2, 4, 16)  # (B, T, D)
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
 
 
 def test_query_rank_too_small():

@@ -1,32 +1,27 @@
 """KV-cache arithmetic and the mean-pooling conversion from multi-head to grouped-query heads."""
 
-import re
-
 import pytest
 import torch
-import torch.nn.functional as F
-from helpers import DEVICES
+from helpers import (
+    DEVICES,
+    TOLERANCES,
+    as_float64,
+    grouped_attention_reference,
+    raises,
+    seeded_randn,
+)
 
 from attnbook import (
     GroupedQueryAttention,
     MultiHeadAttention,
     kv_cache_bytes_per_token,
     mean_pool_kv_heads,
-    merge_heads,
     split_heads,
 )
 
 D_MODEL, N_HEADS = 32, 8
 HEAD_DIM = D_MODEL // N_HEADS
 KIB = 1024
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
-
-
-def inputs(*shape, device="cpu", seed=1):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
 
 
 # (layers, KV heads, head width) from the models' published configs; fp16 KiB per token.
@@ -55,7 +50,7 @@ def test_bytes_per_token_equals_the_bytes_of_cached_tensors(device, n_kv_heads):
     layers = [
         GroupedQueryAttention(D_MODEL, N_HEADS, n_kv_heads).to(device) for _ in range(n_layers)
     ]
-    x = inputs(1, n_tokens, D_MODEL, device=device)
+    x = seeded_randn(1, n_tokens, D_MODEL, device=device)
     cached = 0
     for layer in layers:
         for projection in (layer.k_proj, layer.v_proj):
@@ -85,7 +80,7 @@ def test_pooling_to_the_same_head_count_is_an_exact_copy(device, need_weights):
     torch.manual_seed(0)
     mha = MultiHeadAttention(D_MODEL, N_HEADS).to(device).eval()
     copy = mean_pool_kv_heads(mha, N_HEADS)
-    x = inputs(2, 5, D_MODEL, device=device)
+    x = seeded_randn(2, 5, D_MODEL, device=device)
     assert type(copy) is GroupedQueryAttention and copy.n_kv_heads == N_HEADS
     expected, _ = mha(x, need_weights=need_weights)
     assert torch.equal(copy(x, need_weights=need_weights)[0], expected)
@@ -97,7 +92,7 @@ def test_pooled_keys_and_values_are_the_group_means(n_kv_heads):
     mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()
     gqa = mean_pool_kv_heads(mha, n_kv_heads)
     group_size = N_HEADS // n_kv_heads
-    x = inputs(2, 5, D_MODEL)
+    x = seeded_randn(2, 5, D_MODEL)
     for old, new in ((mha.k_proj, gqa.k_proj), (mha.v_proj, gqa.v_proj)):
         heads = split_heads(old(x), N_HEADS)  # (B, H, S, d_head)
         group_means = heads.unflatten(1, (n_kv_heads, group_size)).mean(dim=2)  # (B, H_kv, S, d)
@@ -119,21 +114,18 @@ def test_pooling_is_exact_when_the_heads_of_each_group_already_agree():
             bias = projection.bias.view(N_HEADS // 2, 2, HEAD_DIM)
             bias[:, 1] = bias[:, 0]
     gqa = mean_pool_kv_heads(mha, N_HEADS // 2)
-    x = inputs(2, 5, D_MODEL)
+    x = seeded_randn(2, 5, D_MODEL)
     torch.testing.assert_close(gqa(x)[0], mha(x)[0])
 
 
-def test_pooled_module_matches_sdpa_with_enable_gqa():
+def test_pooled_module_matches_float64_sdpa_with_enable_gqa():
     torch.manual_seed(0)
     gqa = mean_pool_kv_heads(MultiHeadAttention(D_MODEL, N_HEADS), 2).eval()
-    x = inputs(2, 6, D_MODEL)
-    q = split_heads(gqa.q_proj(x), N_HEADS)  # (B, H, T, d_head)
-    k = split_heads(gqa.k_proj(x), 2)  # (B, H_kv, S, d_head)
-    v = split_heads(gqa.v_proj(x), 2)  # (B, H_kv, S, d_head)
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    expected = gqa.out_proj(merge_heads(heads))
+    x = seeded_randn(2, 6, D_MODEL)
+    expected = grouped_attention_reference(gqa, x, is_causal=True)  # (B, T, D) float64
     for need_weights in (True, False):
-        torch.testing.assert_close(gqa(x, is_causal=True, need_weights=need_weights)[0], expected)
+        output, _ = gqa(x, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(as_float64(output), expected, **TOLERANCES[torch.float32])
 
 
 def test_a_grouped_source_pools_again_and_keeps_its_settings():

@@ -1,23 +1,13 @@
 """The KV cache, and attention modules that append to it and attend over every cached position."""
 
-import re
-
 import pytest
 import torch
-from helpers import DEVICES
+from helpers import DEVICES, raises, seeded_randn
 
 from attnbook import GroupedQueryAttention, KVCache, causal_mask, trace_shapes
 
 D_MODEL, N_HEADS = 32, 8
 HEAD_DIM = D_MODEL // N_HEADS
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
-
-
-def inputs(*shape, device="cpu", seed=1):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
 
 
 def layer(n_kv_heads, device="cpu"):
@@ -33,10 +23,10 @@ def test_empty_cache():
 
 def test_append_grows_along_positions_and_counts_bytes():
     cache = KVCache()
-    first_k, first_v = inputs(2, 3, 5, 4), inputs(2, 3, 5, 4, seed=2)
+    first_k, first_v = seeded_randn(2, 3, 5, 4), seeded_randn(2, 3, 5, 4, seed=2)
     keys, values = cache.append(first_k, first_v)
     assert keys.shape == (2, 3, 5, 4) and len(cache) == 5
-    new_k, new_v = inputs(2, 3, 1, 4, seed=3), inputs(2, 3, 1, 4, seed=4)
+    new_k, new_v = seeded_randn(2, 3, 1, 4, seed=3), seeded_randn(2, 3, 1, 4, seed=4)
     keys, values = cache.append(new_k, new_v)
     assert keys.shape == values.shape == (2, 3, 6, 4) and len(cache) == 6
     assert torch.equal(keys[:, :, :5], first_k) and torch.equal(keys[:, :, 5:], new_k)
@@ -75,7 +65,7 @@ def test_chunked_causal_attention_with_a_cache_equals_the_full_forward(
     device, n_kv_heads, need_weights, chunks
 ):
     attention = layer(n_kv_heads, device)
-    x = inputs(2, sum(chunks), D_MODEL, device=device)  # (B, T, D)
+    x = seeded_randn(2, sum(chunks), D_MODEL, device=device)  # (B, T, D)
     with torch.no_grad():
         full, _ = attention(x, is_causal=True)  # (B, T, D)
         cache, pieces, start = KVCache(), [], 0
@@ -93,7 +83,7 @@ def test_chunked_causal_attention_with_a_cache_equals_the_full_forward(
 
 def test_weights_with_a_cache_use_the_bottom_right_mask():
     attention = layer(2)
-    x = inputs(1, 7, D_MODEL)  # (B, T, D)
+    x = seeded_randn(1, 7, D_MODEL)  # (B, T, D)
     cache = KVCache()
     with torch.no_grad():
         attention(x[:, :4], is_causal=True, cache=cache)
@@ -105,7 +95,7 @@ def test_weights_with_a_cache_use_the_bottom_right_mask():
 
 def test_the_top_left_mask_on_a_chunk_is_wrong():
     attention = layer(8)
-    x = inputs(1, 7, D_MODEL)  # (B, T, D)
+    x = seeded_randn(1, 7, D_MODEL)  # (B, T, D)
     with torch.no_grad():
         full, _ = attention(x, is_causal=True)  # (B, T, D)
         cache = KVCache()
@@ -117,7 +107,7 @@ def test_the_top_left_mask_on_a_chunk_is_wrong():
 
 def test_an_explicit_mask_with_a_cache_covers_cached_positions():
     attention = layer(4)
-    x = inputs(1, 5, D_MODEL)
+    x = seeded_randn(1, 5, D_MODEL)
     cache = KVCache()
     with torch.no_grad():
         attention(x[:, :3], is_causal=True, cache=cache)
@@ -131,13 +121,13 @@ def test_an_explicit_mask_with_a_cache_covers_cached_positions():
 
 def test_cache_must_be_a_kv_cache():
     with raises("cache: expected an attnbook.KVCache or None"):
-        layer(8)(inputs(1, 2, D_MODEL), cache=[])
+        layer(8)(seeded_randn(1, 2, D_MODEL), cache=[])
 
 
 def test_trace_shows_the_cache_growing():
     attention = layer(2)
     cache = KVCache()
-    x = inputs(1, 5, D_MODEL)
+    x = seeded_randn(1, 5, D_MODEL)
     with torch.no_grad():
         attention(x[:, :4], is_causal=True, cache=cache)
         with trace_shapes() as trace:
@@ -149,6 +139,6 @@ def test_trace_shows_the_cache_growing():
 
 def test_without_a_cache_the_trace_is_unchanged():
     with trace_shapes() as trace:
-        layer(2)(inputs(1, 3, D_MODEL), need_weights=True)
+        layer(2)(seeded_randn(1, 3, D_MODEL), need_weights=True)
     assert "k cache" not in trace.steps
     assert trace.steps[:5] == ["q", "k", "v", "k repeated", "v repeated"]

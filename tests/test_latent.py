@@ -1,10 +1,18 @@
 """Multi-head latent attention, its latent cache, rotary embeddings and the absorbed form."""
 
-import re
+import math
 
 import pytest
 import torch
-from helpers import DEVICES, seeded_randn
+from helpers import (
+    DEVICES,
+    TOLERANCES,
+    as_float64,
+    linear_float64,
+    raises,
+    reference_attention,
+    seeded_randn,
+)
 
 from attnbook import (
     LatentCache,
@@ -15,16 +23,52 @@ from attnbook import (
 )
 
 D_MODEL, N_HEADS, LATENT = 32, 4, 12
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
+FLOAT32 = TOLERANCES[torch.float32]
 
 
 def layer(rope_dim=0, *, bias=False, device="cpu", dtype=torch.float32):
     torch.manual_seed(0)
     attention = MultiHeadLatentAttention(D_MODEL, N_HEADS, LATENT, rope_dim=rope_dim, bias=bias)
     return attention.to(device=device, dtype=dtype).eval()
+
+
+def rope_reference(x, positions, base=10000.0):
+    """RoPE in float64 with complex numbers: pair (2i, 2i + 1) times e^(i t base^(-2i/dim))."""
+    half = x.size(-1) // 2
+    theta = base ** (-2.0 * torch.arange(half, dtype=torch.float64) / x.size(-1))  # (dim/2,)
+    angles = positions.to(torch.float64)[:, None] * theta  # (T, dim/2)
+    pairs = torch.view_as_complex(x.unflatten(-1, (half, 2)).contiguous())  # (..., T, dim/2)
+    rotated = pairs * torch.polar(torch.ones_like(angles), angles)  # (..., T, dim/2)
+    return torch.view_as_real(rotated).flatten(-2)  # (..., T, dim)
+
+
+def mla_reference(attention, x, mask=None):
+    """DeepSeek-V2's MLA equations in float64 from the layer's weights: (output, weights).
+
+    c_kv = W_DKV h; k_C = W_UK c_kv; v_C = W_UV c_kv; q_C = W_Q h; q_R = RoPE(W_QR h), one per
+    head, and k_R = RoPE(W_KR h), one per token shared by the heads; scores
+    [q_C; q_R] . [k_C; k_R] / sqrt(d_h + d_R); o_h = softmax(scores) v_C; u = W_O [o_1; ...; o_H].
+    """
+    batch, length, _ = x.shape
+    n_heads, rope_dim = attention.n_heads, attention.rope_dim
+
+    def per_head(t):
+        return t.view(batch, length, n_heads, -1).transpose(1, 2)  # (B, H, T, d)
+
+    c_kv = linear_float64(attention.kv_down, x)  # (B, T, d_c)
+    k = per_head(linear_float64(attention.k_up, c_kv))  # (B, H, T, d_h)
+    v = per_head(linear_float64(attention.v_up, c_kv))  # (B, H, T, d_h)
+    q = per_head(linear_float64(attention.q_proj, x))  # (B, H, T, d_h)
+    if rope_dim:
+        positions = torch.arange(length)
+        q_rope = rope_reference(per_head(linear_float64(attention.q_rope_proj, x)), positions)
+        k_rope = rope_reference(linear_float64(attention.k_rope_proj, x), positions)  # (B, T, d_R)
+        q = torch.cat([q, q_rope], dim=-1)  # (B, H, T, d_h + d_R)
+        k = torch.cat([k, k_rope[:, None].expand(-1, n_heads, -1, -1)], dim=-1)  # (B, H, T, ..)
+    scale = 1.0 / math.sqrt(attention.head_dim + rope_dim)
+    heads, weights = reference_attention(q, k, v, mask, scale=scale)  # (B, H, T, d_h), (.., T)
+    merged = heads.transpose(1, 2).reshape(batch, length, -1)  # (B, T, D)
+    return linear_float64(attention.out_proj, merged), weights
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -44,33 +88,35 @@ def test_cached_decoding_equals_the_uncached_forward(device, rope_dim, need_weig
             pieces.append(out)
             if need_weights:
                 assert weights.shape == (2, N_HEADS, stop - start, stop)
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, **FLOAT32)
     assert len(cache) == 9
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rope_dim", [0, 4])
 @pytest.mark.parametrize("bias", [False, True])
-def test_weights_and_fused_paths_agree_and_rows_sum_to_one(rope_dim, bias):
-    attention = layer(rope_dim, bias=bias)
-    x = seeded_randn(2, 6, D_MODEL)
-    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
-    for kwargs in ({}, {"is_causal": True}, {"mask": padding}, {"mask": causal_mask(6)}):
+def test_every_path_matches_the_deepseek_v2_equations_in_float64(device, rope_dim, bias):
+    attention = layer(rope_dim, bias=bias, device=device)
+    x = seeded_randn(2, 6, D_MODEL, device=device)  # (B, T, D)
+    lower = torch.ones(6, 6, dtype=torch.bool).tril()  # (T, S): causal, written out
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]  # (B,1,1,S)
+    additive = torch.zeros(6, 6).masked_fill(~lower, float("-inf"))  # (T, S)
+    cases = [
+        ({}, None),
+        ({"is_causal": True}, lower),
+        ({"mask": padding.to(device)}, padding),
+        ({"mask": additive.to(device)}, lower),
+    ]
+    for kwargs, mask in cases:
+        expected, expected_weights = mla_reference(attention, x, mask)
         fused, none = attention(x, **kwargs)
         explicit, weights = attention(x, need_weights=True, **kwargs)
-        assert none is None and weights.shape == (2, N_HEADS, 6, 6)
-        torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(weights.sum(-1), torch.ones(2, N_HEADS, 6))
-
-
-def test_float_mask_matches_the_boolean_one():
-    attention = layer(4)
-    x = seeded_randn(1, 5, D_MODEL)
-    allowed = causal_mask(5)
-    additive = torch.zeros(5, 5).masked_fill(~allowed, float("-inf"))
-    for need_weights in (False, True):
-        with_bool, _ = attention(x, mask=allowed, need_weights=need_weights)
-        with_float, _ = attention(x, mask=additive, need_weights=need_weights)
-        torch.testing.assert_close(with_bool, with_float)
+        absorbed, absorbed_weights = attention.absorbed_forward(x, **kwargs)
+        assert none is None
+        for output in (fused, explicit, absorbed):
+            torch.testing.assert_close(as_float64(output), expected, **FLOAT32)
+        for found in (weights, absorbed_weights):
+            torch.testing.assert_close(as_float64(found), expected_weights, **FLOAT32)
 
 
 @pytest.mark.parametrize("rope_dim", [0, 4])
@@ -86,26 +132,14 @@ def test_causality_later_tokens_never_change_earlier_outputs(rope_dim):
 
 
 @pytest.mark.parametrize("rope_dim", [0, 4])
-@pytest.mark.parametrize("bias", [False, True])
-def test_absorbed_forward_equals_forward(rope_dim, bias):
-    attention = layer(rope_dim, bias=bias)
-    x = seeded_randn(2, 6, D_MODEL)
-    for kwargs in ({}, {"is_causal": True}, {"mask": causal_mask(6)}):
-        expected, expected_weights = attention(x, need_weights=True, **kwargs)
-        output, weights = attention.absorbed_forward(x, **kwargs)
-        torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
-
-
-@pytest.mark.parametrize("rope_dim", [0, 4])
-def test_absorbed_forward_with_a_cache(rope_dim):
+def test_absorbed_forward_with_a_cache_equals_the_uncached_forward(rope_dim):
     attention = layer(rope_dim)
     x = seeded_randn(2, 7, D_MODEL)
     full, _ = attention(x, is_causal=True)
     cache = attention.new_cache()
     first, _ = attention.absorbed_forward(x[:, :4], is_causal=True, cache=cache)
     second, weights = attention.absorbed_forward(x[:, 4:], is_causal=True, cache=cache)
-    torch.testing.assert_close(torch.cat([first, second], 1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat([first, second], 1), full, **FLOAT32)
     assert weights.shape == (2, N_HEADS, 3, 7)
 
 
@@ -123,7 +157,7 @@ def test_cache_holds_latents_and_rope_keys_and_counts_bytes(rope_dim):
     assert "positions=7" in repr(cache)
 
 
-def test_cache_for_half_precision_counts_two_bytes():
+def test_cache_in_float64_counts_eight_bytes_a_number():
     attention = layer(4, dtype=torch.float64)
     cache = attention.new_cache()
     attention(seeded_randn(2, 3, D_MODEL).double(), cache=cache)
@@ -151,7 +185,7 @@ def test_rope_rotates_pairs_and_depends_on_relative_position():
     torch.testing.assert_close(apply_rope(q, torch.tensor([5])).norm(), q.norm())
 
 
-def test_shape_trace_rows():
+def test_shape_trace_of_forward_and_absorbed_forward():
     attention = layer(4)
     cache = attention.new_cache()
     with trace_shapes() as trace:

@@ -2,8 +2,14 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
-from helpers import DEVICES, TOLERANCES, as_float64, mha_pair, reference_attention, seeded_randn
+from helpers import (
+    DEVICES,
+    TOLERANCES,
+    as_float64,
+    grouped_attention_reference,
+    mha_pair,
+    seeded_randn,
+)
 from torch import nn
 
 from attnbook import (
@@ -64,29 +70,28 @@ def test_cross_attention_with_padding_matches_nn_multihead(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
-def test_gqa_matches_torch_enable_gqa_and_both_paths_agree(device, n_kv_heads):
+def test_gqa_both_paths_match_float64_sdpa_with_enable_gqa(device, n_kv_heads):
     torch.manual_seed(0)
     module = GroupedQueryAttention(D_MODEL, N_HEADS, n_kv_heads).to(device).eval()
     x = seeded_randn(2, 6, D_MODEL, device=device)
-    q = split_heads(module.q_proj(x), N_HEADS)
-    k = split_heads(module.k_proj(x), n_kv_heads)
-    v = split_heads(module.v_proj(x), n_kv_heads)
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    expected = module.out_proj(merge_heads(heads))
+    expected = grouped_attention_reference(module, x, is_causal=True)  # (B, T, D) float64
     explicit, weights = module(x, is_causal=True, need_weights=True)
     fused, none = module(x, is_causal=True)
-    torch.testing.assert_close(explicit, expected)
-    torch.testing.assert_close(fused, expected)
+    torch.testing.assert_close(as_float64(explicit), expected, **TOLERANCES[torch.float32])
+    torch.testing.assert_close(as_float64(fused), expected, **TOLERANCES[torch.float32])
     assert none is None and weights.shape == (2, N_HEADS, 6, 6)
 
 
-def test_gqa_with_all_kv_heads_equals_mha():
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()
-    gqa = GroupedQueryAttention(D_MODEL, N_HEADS, N_HEADS).eval()
-    gqa.load_state_dict(mha.state_dict())
-    x = seeded_randn(2, 5, D_MODEL)
-    torch.testing.assert_close(gqa(x, need_weights=True)[0], mha(x, need_weights=True)[0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_gqa_with_as_many_kv_heads_as_heads_matches_nn_multihead(device):
+    mha, theirs = make_pair(device)
+    gqa = GroupedQueryAttention(D_MODEL, N_HEADS, N_HEADS).to(device).eval()
+    gqa.load_state_dict(mha.state_dict())  # the weights of nn.MultiheadAttention
+    x = seeded_randn(2, 5, D_MODEL, device=device)
+    expected, _ = theirs(x, x, x, attn_mask=~causal_mask(5, device=device))  # True = block
+    for need_weights in (True, False):
+        output, _ = gqa(x, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(output, expected)
 
 
 def test_mqa_shares_one_key_value_head():
@@ -112,17 +117,14 @@ def test_split_then_merge_heads_is_identity_and_keeps_tokens_apart():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_half_precision_paths_agree_with_float64(dtype):
+def test_half_precision_paths_match_float64_reference(dtype):
     torch.manual_seed(0)
-    module = MultiHeadAttention(D_MODEL, N_HEADS).eval()
-    x = seeded_randn(2, 5, D_MODEL)
-    q, k, v = (split_heads(p(x), N_HEADS) for p in (module.q_proj, module.k_proj, module.v_proj))
-    heads, _ = reference_attention(q, k, v, causal_mask(5))
-    expected = module.out_proj(merge_heads(heads.float())).double()
-    module = module.to(dtype)
+    module = MultiHeadAttention(D_MODEL, N_HEADS).to(dtype).eval()
+    x = seeded_randn(2, 5, D_MODEL).to(dtype)
+    expected = grouped_attention_reference(module, x, is_causal=True)  # the rounded weights
     for need_weights in (True, False):
-        output, _ = module(x.to(dtype), is_causal=True, need_weights=need_weights)
-        torch.testing.assert_close(as_float64(output), expected, atol=5e-2, rtol=5e-2)
+        output, _ = module(x, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(as_float64(output), expected, **TOLERANCES[dtype])
 
 
 def test_dropout_only_in_training():

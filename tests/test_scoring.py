@@ -1,14 +1,13 @@
-"""Score functions against PyTorch (SDPA, nn.Bilinear), AdditiveAttention and float64 loops."""
+"""Score functions against PyTorch (SDPA, nn.Bilinear) and float64 loops over the pairs."""
 
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES, random_qkv
+from helpers import DEVICES, TOLERANCES, as_float64, random_qkv
 
 from attnbook import (
-    AdditiveAttention,
     AdditiveScore,
     DotScore,
     GeneralScore,
@@ -40,7 +39,7 @@ def test_dot_and_scaled_dot_match_sdpa(device):
 
 def test_scaled_dot_divides_by_sqrt_width():
     q, k, _ = random_qkv(1, 1, 4, 6, 64)
-    torch.testing.assert_close(ScaledDotScore()(q, k), DotScore()(q, k) / 8.0)
+    torch.testing.assert_close(ScaledDotScore()(q, k), q @ k.transpose(-2, -1) / 8.0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -61,7 +60,7 @@ def test_general_with_identity_is_dot():
     q, k, _ = random_qkv(2, 1, 3, 4, 5)
     score = GeneralScore(5, 5)
     score.W.data.copy_(torch.eye(5))
-    torch.testing.assert_close(score(q, k), DotScore()(q, k))
+    torch.testing.assert_close(score(q, k), q @ k.transpose(-2, -1))
 
 
 def test_general_matches_float64_loop():
@@ -70,31 +69,23 @@ def test_general_matches_float64_loop():
     query, key = torch.randn(4, 3), torch.randn(6, 5)
     weight = score.W.detach().double()
     expected = pairs_loop(lambda q, k: q @ weight @ k, query, key)
-    torch.testing.assert_close(score(query, key).double(), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(as_float64(score(query, key)), expected, **TOLERANCES[torch.float32])
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_additive_matches_additive_attention(device):
-    set_seed(0)
-    attention = AdditiveAttention(6, 5, 7).to(device)
-    score = AdditiveScore(6, 5, 7).to(device)
-    score.load_state_dict(attention.state_dict())
-    query = torch.randn(2, 3, 6, device=device)
-    keys = torch.randn(2, 4, 5, device=device)
-    values = torch.randn(2, 4, 2, device=device)
-    _, expected_weights = attention(query, keys, values)
-    torch.testing.assert_close(score(query, keys).softmax(dim=-1), expected_weights)
-
-
-def test_additive_matches_float64_loop():
+def test_additive_matches_float64_loop(device):
     set_seed(0)
     score = AdditiveScore(3, 4, 5)
-    query, key = torch.randn(2, 3), torch.randn(6, 4)
-    w_q, w_k, v = (
-        p.detach().double() for p in (score.W_q.weight, score.W_k.weight, score.v.weight)
-    )
-    expected = pairs_loop(lambda q, k: v[0] @ torch.tanh(w_q @ q + w_k @ k), query, key)
-    torch.testing.assert_close(score(query, key).double(), expected, atol=1e-5, rtol=1e-5)
+    query, key = torch.randn(2, 2, 3), torch.randn(2, 6, 4)  # (B, T, d_q), (B, S, d_k)
+    w_q, w_k, v = (as_float64(p) for p in (score.W_q.weight, score.W_k.weight, score.v.weight))
+    expected = torch.stack(
+        [
+            pairs_loop(lambda q, k: v[0] @ torch.tanh(w_q @ q + w_k @ k), query[b], key[b])
+            for b in range(2)
+        ]
+    )  # (B, T, S)
+    scores = score.to(device)(query.to(device), key.to(device))
+    torch.testing.assert_close(as_float64(scores), expected, **TOLERANCES[torch.float32])
 
 
 def test_parameter_counts():

@@ -1,9 +1,8 @@
 """Encoder, plain and attention decoders, greedy decoding and the training loop."""
 
-import re
-
 import pytest
 import torch
+from helpers import raises
 
 from attnbook import (
     Seq2Seq,
@@ -25,10 +24,6 @@ WORDS = ["attention", "ox", "cat"]
 def model(attention, seed=0):
     set_seed(seed)
     return Seq2Seq(V, E, D, attention=attention).eval()
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
 
 
 @pytest.mark.parametrize("attention", [False, True])

@@ -1,9 +1,7 @@
 """The reversal task: correct targets, reproducible from a seed, bad input rejected."""
 
-import re
-
-import pytest
 import torch
+from helpers import raises
 
 from attnbook import decode_ids, encode_words, reversal_batch
 from attnbook.tasks import EOS, PAD, VOCAB
@@ -12,10 +10,6 @@ from attnbook.tasks import EOS, PAD, VOCAB
 def batch_from(seed, batch_size=8, min_len=3, max_len=9):
     generator = torch.Generator().manual_seed(seed)
     return reversal_batch(batch_size, min_len, max_len, generator=generator)
-
-
-def raises(pattern):
-    return pytest.raises(ValueError, match=re.escape(pattern))
 
 
 def test_targets_are_the_words_reversed_then_eos():

@@ -303,7 +303,7 @@ def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
 def _small_decoder() -> TinyDecoder:
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        return TinyDecoder(11, 16, 4, 2, 2, 12).eval()  # V, D, H, H_kv, layers, max_len
+        return TinyDecoder(11, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, max_len=12).eval()
 
 
 def check_preallocated_kv_cache(cache_class: Callable[[int], KVCache]) -> None:
@@ -402,23 +402,19 @@ def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 def _cache_models() -> list[tuple[str, TinyDecoder]]:
     """(description, model) pairs: every variant, float64 once, MLA with and without RoPE."""
     torch.manual_seed(0)
-    specs = [  # description, H_kv, layers, TinyDecoder keywords
-        ("2-layer MHA, H = H_kv = 4, d_head = 4, float32", 4, 2, {"variant": "mha"}),
-        ("3-layer GQA, H = 4, H_kv = 2, d_head = 4, float32", 2, 3, {"variant": "gqa"}),
-        ("2-layer MQA, H = 4, H_kv = 1, d_head = 4, float32", 1, 2, {"variant": "mqa"}),
-        ("2-layer MLA, d_c = 6, no RoPE, float32", 4, 2, {"variant": "mla", "kv_latent_dim": 6}),
-        (
-            "2-layer MLA, d_c = 6, rope_dim = 4, float32",
-            4,
-            2,
-            {"variant": "mla", "kv_latent_dim": 6, "rope_dim": 4},
-        ),
+    specs = [  # description, layers, TinyDecoder keywords
+        ("2-layer MHA, H = H_kv = 4, d_head = 4, float32", 2, {"n_kv_heads": 4}),
+        ("3-layer GQA, H = 4, H_kv = 2, d_head = 4, float32", 3, {"n_kv_heads": 2}),
+        ("2-layer MQA, H = 4, H_kv = 1, d_head = 4, float32", 2, {"n_kv_heads": 1}),
+        ("2-layer MLA, d_c = 6, no RoPE, float32", 2, {"kv_latent_dim": 6}),
+        ("2-layer MLA, d_c = 6, rope_dim = 4, float32", 2, {"kv_latent_dim": 6, "rope_dim": 4}),
     ]
+    sizes = {"d_model": 16, "n_heads": 4, "max_len": 12}
     models = [
-        (label, TinyDecoder(11, 16, 4, kv_heads, layers, 12, **keywords).eval())
-        for label, kv_heads, layers, keywords in specs
+        (label, TinyDecoder(11, n_layers=layers, **sizes, **keywords).eval())
+        for label, layers, keywords in specs
     ]
-    gqa64 = TinyDecoder(11, 16, 4, 2, 3, 12, variant="gqa").double().eval()
+    gqa64 = TinyDecoder(11, n_layers=3, n_kv_heads=2, **sizes).double().eval()
     return models + [("3-layer GQA, H = 4, H_kv = 2, d_head = 4, float64", gqa64)]
 
 
