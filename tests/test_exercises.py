@@ -106,9 +106,12 @@ def test_concat_scores(capsys):
 # Chapter 3
 
 
+def largest_length(budget, n_heads, size):
+    return math.isqrt(budget // (n_heads * size))
+
+
 def test_largest_length(capsys):
-    reference = lambda budget, H, size: math.isqrt(budget // (H * size))  # noqa: E731
-    expect_success(exercises.check_largest_length, reference, capsys)
+    expect_success(exercises.check_largest_length, largest_length, capsys)
     expect_message(
         exercises.check_largest_length,
         lambda budget, H, size: round(math.sqrt(budget / (H * size))),  # rounds up
@@ -228,14 +231,6 @@ def test_reader_errors_are_reported_with_the_call():
     )
 
 
-def test_checkers_leave_the_global_random_state_alone():
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    exercises.check_head_projection(head_projection)
-    exercises.check_concat_scores(concat_scores)
-    exercises.check_repeat_kv(repeat_kv)
-    torch.testing.assert_close(torch.rand(3), expected)
 
 
 # Chapter 8
@@ -279,12 +274,34 @@ class CountsOneTooMany(PreallocatedKVCache):
         return self.length + 1
 
 
+class OwnBufferNames(KVCache):
+    """A correct preallocated cache that never sets KVCache's ``keys`` and ``values``."""
+
+    def __init__(self, max_len):
+        super().__init__()
+        self.max_len, self.length, self.k_buf, self.v_buf = max_len, 0, None, None
+
+    def __len__(self):
+        return self.length
+
+    def append(self, keys, values):
+        if self.k_buf is None:
+            shape = (*keys.shape[:2], self.max_len, keys.shape[3])
+            self.k_buf, self.v_buf = keys.new_empty(shape), values.new_empty(shape)
+        stop = self.length + keys.size(2)
+        self.k_buf[:, :, self.length : stop] = keys
+        self.v_buf[:, :, self.length : stop] = values
+        self.length = stop
+        return self.k_buf[:, :, :stop], self.v_buf[:, :, :stop]
+
+
 def test_preallocated_kv_cache(capsys):
     check = exercises.check_preallocated_kv_cache
     expect_success(check, PreallocatedKVCache, capsys)
     expect_message(check, ReturnsOnlyNew, "after 1 more token, the logits differ")
     expect_message(check, ConcatenatingCache, "append allocated new memory for the keys")
     expect_message(check, CountsOneTooMany, "after the 4-token prompt, the logits differ")
+    expect_success(check, OwnBufferNames, capsys)
 
 
 # Chapter 9
@@ -320,6 +337,19 @@ def test_online_logsumexp(capsys):
     expect_message(check, no_max, "is not finite")
     per_column = lambda x, block_size: x  # noqa: E731
     expect_message(check, per_column, "should return one value per row")
+
+    def max_from_zero(x, block_size):  # the running maximum starts at 0, not -inf
+        running_max = x.new_zeros(x.shape[:-1])
+        running_sum = x.new_zeros(x.shape[:-1])
+        for start in range(0, x.size(-1), block_size):
+            block = x[..., start : start + block_size]
+            new_max = torch.maximum(running_max, block.amax(dim=-1))
+            rescale = torch.exp(running_max - new_max)
+            running_sum = running_sum * rescale + torch.exp(block - new_max[..., None]).sum(-1)
+            running_max = new_max
+        return running_max + torch.log(running_sum)
+
+    expect_message(check, max_from_zero, "start the running maximum at -inf, not 0")
 
 
 def rope(x, positions, base=10000.0, sign=1.0):
@@ -395,3 +425,57 @@ def test_cache_bytes_per_token(capsys):
     expect_message(check, no_rope, "one rotary key of rope_dim numbers")
     expect_message(check, always_float32, "8 for float64")
     expect_message(check, lambda model: 1.5, "should return an int")
+
+    def one_layer(model):  # forgets to add up the layers
+        return cache_bytes_per_token(model) // len(model.blocks)
+
+    expect_message(check, one_layer, "every layer keeps its own cache: add them all up")
+
+
+# Every checker
+
+
+SOLUTIONS = {
+    "check_window_mask": window_mask,
+    "check_attention_parameter_count": lambda D: 3 * D * D + D,
+    "check_concat_scores": concat_scores,
+    "check_largest_length": largest_length,
+    "check_prefix_lm_mask": prefix_lm_mask,
+    "check_head_projection": head_projection,
+    "check_repeat_kv": repeat_kv,
+    "check_preallocated_kv_cache": PreallocatedKVCache,
+    "check_online_logsumexp": online_logsumexp,
+    "check_rope": rope,
+    "check_cache_bytes_per_token": cache_bytes_per_token,
+}
+CHECKERS = [name for name in exercises.__all__ if name.startswith("check_")]
+
+
+def test_every_checker_has_a_reference_solution_here():
+    assert sorted(SOLUTIONS) == sorted(CHECKERS)
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_checkers_leave_the_global_random_state_alone(name, capsys):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    getattr(exercises, name)(SOLUTIONS[name])
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
+def in_float64(fn):
+    """The reader's function, run on float64 copies of its tensor arguments."""
+
+    def as_float64(arg):
+        return arg.double() if torch.is_tensor(arg) and arg.is_floating_point() else arg
+
+    def run(*args):
+        return fn(*map(as_float64, args))
+
+    return run
+
+
+@pytest.mark.parametrize("name", ["check_concat_scores", "check_online_logsumexp", "check_rope"])
+def test_an_answer_computed_in_float64_is_accepted(name, capsys):
+    expect_success(getattr(exercises, name), in_float64(SOLUTIONS[name]), capsys)

@@ -12,15 +12,10 @@ import math
 import torch
 from torch import Tensor
 
-from attnbook._checks import check_attention_inputs
+from attnbook._checks import check_attention_inputs, check_int
 from attnbook.masks import ALIGNMENTS
 
 _NEG_INF = float("-inf")
-
-
-def _check_block_size(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
 
 
 def online_softmax(scores: Tensor, block_size: int = 128) -> Tensor:
@@ -31,7 +26,7 @@ def online_softmax(scores: Tensor, block_size: int = 128) -> Tensor:
     the last block, ``softmax(x) = exp(x - m) / l``. Entries equal to -inf get zero weight, and a
     row with every entry -inf becomes all zeros (as :func:`attnbook.masked_softmax`).
     """
-    _check_block_size("block_size", block_size)
+    check_int("block_size", block_size)
     if not isinstance(scores, Tensor) or scores.dim() < 1:
         raise ValueError("scores: expected a tensor with at least 1 dim (..., S)")
     running_max = scores.new_full(scores.shape[:-1], _NEG_INF)  # (...,)
@@ -58,17 +53,18 @@ def _block_mask(
     k_stop: int,
     device: torch.device,
 ) -> Tensor | None:
-    """The mask of one (block_q, block_k) tile: the user's mask sliced, and/or the causal one."""
-    tile = None
+    """The mask of one (block_q, block_k) tile: the user's mask sliced, or the causal one.
+
+    The caller's checks refuse a mask together with ``is_causal``, so at most one is given.
+    """
     if mask is not None:
         rows = mask[..., q_start:q_stop, :] if mask.dim() >= 2 and mask.size(-2) > 1 else mask
-        tile = rows[..., k_start:k_stop] if rows.size(-1) > 1 else rows  # (..., bq, bk)
-    if causal_offset is not None:
-        query_pos = torch.arange(q_start, q_stop, device=device)[:, None]  # (bq, 1)
-        key_pos = torch.arange(k_start, k_stop, device=device)[None, :]  # (1, bk)
-        causal = key_pos <= query_pos + causal_offset  # (bq, bk)
-        tile = causal if tile is None else tile & causal  # bool masks only (checked by caller)
-    return tile
+        return rows[..., k_start:k_stop] if rows.size(-1) > 1 else rows  # (..., bq, bk)
+    if causal_offset is None:
+        return None
+    query_pos = torch.arange(q_start, q_stop, device=device)[:, None]  # (bq, 1)
+    key_pos = torch.arange(k_start, k_stop, device=device)[None, :]  # (1, bk)
+    return key_pos <= query_pos + causal_offset  # (bq, bk)
 
 
 def tiled_attention(
@@ -102,8 +98,8 @@ def tiled_attention(
     bfloat16 are computed in float32, and the output has the value's dtype.
     """
     check_attention_inputs(query, key, value, mask, is_causal, scale)
-    _check_block_size("block_q", block_q)
-    _check_block_size("block_k", block_k)
+    check_int("block_q", block_q)
+    check_int("block_k", block_k)
     if causal_align not in ALIGNMENTS:
         raise ValueError(f"causal_align: expected one of {ALIGNMENTS}, got {causal_align!r}")
     if scale is None:

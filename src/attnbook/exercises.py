@@ -12,6 +12,7 @@ it breaks; end with :func:`_succeed`. Test it in ``tests/test_exercises.py`` aga
 reference solution and at least two typical mistakes.
 """
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -68,9 +69,26 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _close(result: Tensor, expected: Tensor, *, atol: float, rtol: float = 1e-5) -> bool:
+    """Compare in float64, so an answer computed in any float dtype can be right."""
+    return torch.allclose(result.double(), expected.double(), atol=atol, rtol=rtol)
+
+
+def _checker(check: Callable[[Callable], None]) -> Callable[[Callable], None]:
+    """Run ``check`` on a fork of the global random state: the reader's state stays as it was."""
+
+    @functools.wraps(check)
+    def run(fn: Callable) -> None:
+        with torch.random.fork_rng():
+            check(fn)
+
+    return run
+
+
 # Chapter 0: a sliding-window mask.
 
 
+@_checker
 def check_window_mask(fn: Callable[[int, int], Tensor]) -> None:
     """``fn(T, width)``: the (T, T) mask where query t sees keys t - width + 1 to t."""
     for length, width in [(6, 2), (5, 1), (7, 3), (4, 4), (3, 5)]:
@@ -98,6 +116,7 @@ def check_window_mask(fn: Callable[[int, int], Tensor]) -> None:
 # Chapter 1: the parameters that attention adds to the encoder-decoder.
 
 
+@_checker
 def check_attention_parameter_count(fn: Callable[[int], int]) -> None:
     """``fn(D)``: how many more parameters ``Seq2Seq(attention=True)`` has than the plain one."""
     for width in (4, 16, 32):
@@ -120,6 +139,7 @@ def check_attention_parameter_count(fn: Callable[[int], int]) -> None:
 # Chapter 2: Luong's concat score.
 
 
+@_checker
 def check_concat_scores(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> None:
     """``fn(query (T, d_q), key (S, d_k), W (h, d_q + d_k), v (h,))`` -> scores (T, S)."""
     generator = _generator(0)
@@ -139,17 +159,17 @@ def check_concat_scores(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) 
         )
     if tuple(result.shape) != (n_queries, n_keys):
         _fail(f"{call} returned shape {tuple(result.shape)}, expected (T, S) = (3, 5)")
-    if torch.allclose(result, expected, atol=1e-5, rtol=1e-5):
+    if _close(result, expected, atol=1e-5):
         _succeed("the concat score v^T tanh(W [q; k]) is the additive score with W = [W_q, W_k]")
         return
     key_first = (
         torch.tanh((key @ W[:, :key_dim].T)[None, :, :] + (query @ W[:, key_dim:].T)[:, None, :])
         @ v
     )  # (T, S): the mistake of stacking [k; q]
-    if torch.allclose(result, key_first, atol=1e-5, rtol=1e-5):
+    if _close(result, key_first, atol=1e-5):
         _fail(f"{call}: the pairs are stacked as [k; q]; put the query first, [q; k]")
     no_tanh = ((query @ W_q.T)[:, None, :] + (key @ W_k.T)[None, :, :]) @ v  # (T, S)
-    if torch.allclose(result, no_tanh, atol=1e-5, rtol=1e-5):
+    if _close(result, no_tanh, atol=1e-5):
         _fail(f"{call}: the tanh is missing: apply it to W [q; k] before the product with v")
     difference = (result - expected).abs().max().item()
     _fail(
@@ -161,6 +181,7 @@ def check_concat_scores(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) 
 # Chapter 3: how long a sequence's score tensor may be for a memory budget.
 
 
+@_checker
 def check_largest_length(fn: Callable[[int, int, int], int]) -> None:
     """``fn(budget_bytes, n_heads, bytes_per_score)``: the largest T whose (1, H, T, T) fits."""
     for budget, n_heads, size in [(2**30, 8, 4), (2**20, 1, 2), (10**6, 3, 4), (100, 1, 4)]:
@@ -188,6 +209,7 @@ def check_largest_length(fn: Callable[[int, int, int], int]) -> None:
 # Chapter 4: the prefix-LM mask.
 
 
+@_checker
 def check_prefix_lm_mask(fn: Callable[[int, int], Tensor]) -> None:
     """``fn(T, P)``: the (T, T) mask of a prompt of P tokens read both ways, then causal."""
     for length, prompt in [(6, 2), (5, 0), (5, 5), (7, 3)]:
@@ -218,14 +240,14 @@ def check_prefix_lm_mask(fn: Callable[[int, int], Tensor]) -> None:
 # Chapter 5: one head's projection inside nn.MultiheadAttention's packed weight.
 
 
+@_checker
 def check_head_projection(fn: Callable[[nn.MultiheadAttention, str, int], tuple]) -> None:
     """``fn(torch_mha, role, h)`` -> (weight (d_head, D), bias (d_head,)) of head h for role."""
     width, n_heads = 12, 3
     head_width = width // n_heads
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        torch_mha = nn.MultiheadAttention(width, n_heads, batch_first=True)
-        nn.init.normal_(torch_mha.in_proj_bias)
+    torch.manual_seed(0)
+    torch_mha = nn.MultiheadAttention(width, n_heads, batch_first=True)
+    nn.init.normal_(torch_mha.in_proj_bias)
     slices = {
         (role, h): slice(index * width + h * head_width, index * width + (h + 1) * head_width)
         for index, role in enumerate("qkv")
@@ -262,6 +284,7 @@ def check_head_projection(fn: Callable[[nn.MultiheadAttention, str, int], tuple]
 # Chapter 6: sharing key/value heads.
 
 
+@_checker
 def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
     """``fn(x (B, H_kv, S, d_head), n_repeats)`` -> (B, H_kv * n_repeats, S, d_head)."""
     named = torch.arange(3.0).view(1, 3, 1, 1).expand(2, 3, 4, 5)  # (B, H_kv, S, d_head)
@@ -301,11 +324,30 @@ def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
 
 
 def _small_decoder() -> TinyDecoder:
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return TinyDecoder(11, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, max_len=12).eval()
+    torch.manual_seed(0)
+    return TinyDecoder(11, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, max_len=12).eval()
 
 
+def _check_appends_in_place(cache_class: Callable[[int], KVCache], name: str) -> None:
+    """Two appends to one cache must return views of one buffer, whatever the buffers are called."""
+    cache = _call(cache_class, f"{name}(12)", 12)
+    chunks = torch.randn(2, 2, 2, 3, 4, generator=_generator(1))  # (chunk, B, H_kv, S, d_head)
+    storages = []
+    for index, chunk in enumerate(chunks):
+        call = f"{name}(12).append(keys, values) (call {index + 1})"
+        returned = _call(cache.append, call, chunk, chunk.clone())
+        if not isinstance(returned, tuple) or len(returned) != 2:
+            _fail(f"{call} should return (keys, values), got {type(returned).__name__}")
+        keys = _as_tensor(returned[0], call, "the cached keys as a tensor")
+        storages.append(keys.untyped_storage().data_ptr())
+    if storages[0] != storages[1]:
+        _fail(
+            "append allocated new memory for the keys: it should write into the buffer allocated "
+            "on the first call and return a view of its filled part"
+        )
+
+
+@_checker
 def check_preallocated_kv_cache(cache_class: Callable[[int], KVCache]) -> None:
     """``cache_class(max_len)``: a KVCache whose ``append`` writes into buffers allocated once."""
     model = _small_decoder()
@@ -318,27 +360,22 @@ def check_preallocated_kv_cache(cache_class: Callable[[int], KVCache]) -> None:
         for label, chunk in chunks.items():
             expected = model(chunk, plain)  # (B, T, V)
             got = _call(model, f"decoding {label} with {name}", chunk, caches)  # (B, T, V)
-            if not torch.allclose(got, expected, atol=1e-5):
+            if not _close(got, expected, atol=1e-5):
                 _fail(
                     f"after {label}, the logits differ from those of the plain KVCache: append "
                     f"must return the keys and values of every cached position, oldest first, "
                     f"and len(cache) must count them (the model reads its positions from it)"
                 )
-        if len(caches[0]) != 7:
-            _fail(f"len(cache) should be 7 after caching 4 + 1 + 2 positions, got {len(caches[0])}")
-        first_address = caches[0].keys.data_ptr()
-        model(prompt[:, :1], caches)
-    if caches[0].keys.data_ptr() != first_address:
-        _fail(
-            "append allocated new memory for the keys: it should write into the buffer allocated "
-            "on the first call and return a view of its filled part"
-        )
+    if len(caches[0]) != 7:
+        _fail(f"len(cache) should be 7 after caching 4 + 1 + 2 positions, got {len(caches[0])}")
+    _check_appends_in_place(cache_class, name)
     _succeed("decoding with your cache matches KVCache, and append writes in place")
 
 
 # Chapter 9: the log-sum-exp computed online.
 
 
+@_checker
 def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
     """``fn(x (..., S), block_size)`` -> log sum_j exp(x_j) per row (...,), in one blocked pass."""
     rows = torch.randn(4, 7, 45, generator=_generator(0)) * 5  # (..., S)
@@ -350,7 +387,7 @@ def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
             _fail(
                 f"{call} should return one value per row, shape (4, 7), got {tuple(result.shape)}"
             )
-        if not torch.allclose(result, expected, atol=1e-4, rtol=1e-5):
+        if not _close(result, expected, atol=1e-4):
             _fail(
                 f"{call} differs from torch.logsumexp by up to "
                 f"{(result - expected).abs().max().item():.3g}: when the running maximum "
@@ -364,12 +401,21 @@ def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
             f"{call} is not finite: exp(1000) overflows float32, so subtract the running "
             "maximum before exponentiating"
         )
+    tiny = torch.tensor([[-1000.0, -1000.0]])  # exp(-1000) underflows to 0 in float32
+    call = "online_logsumexp([[-1000, -1000]], 1)"
+    result = _as_tensor(_call(fn, call, tiny, 1), call, "a tensor")
+    if not _close(result, torch.logsumexp(tiny, dim=-1), atol=1e-3):
+        _fail(
+            f"{call} returned {result.flatten().tolist()}, expected about -999.307: start the "
+            "running maximum at -inf, not 0, or rows far below 0 underflow to log(0)"
+        )
     _succeed("m + log(l) after the last block is the log-sum-exp of the whole row")
 
 
 # Chapter 11: rotary position embedding.
 
 
+@_checker
 def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     """``fn(x (..., T, dim), positions (T,))`` rotates feature pairs (2i, 2i + 1) by position."""
     from attnbook.latent import apply_rope
@@ -381,12 +427,12 @@ def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     if tuple(result.shape) != tuple(x.shape):
         _fail(f"{call} should keep the shape (2, 3, 5, 8), got {tuple(result.shape)}")
     expected = apply_rope(x, positions)  # (2, 3, 5, 8)
-    if not torch.allclose(result.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+    if not _close(result.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
         _fail(f"{call} changes the vectors' lengths: each pair must be rotated, not scaled")
-    if not torch.allclose(result[..., 0, :], x[..., 0, :], atol=1e-5):
+    if not _close(result[..., 0, :], x[..., 0, :], atol=1e-5):
         _fail(f"{call}: position 0 should not move the features (a rotation by angle 0)")
-    if not torch.allclose(result, expected, atol=1e-5):
-        wrong = (result - expected).abs().amax(dim=(0, 1, 3)) > 1e-5  # (T,)
+    if not _close(result, expected, atol=1e-5):
+        wrong = (result.double() - expected).abs().amax(dim=(0, 1, 3)) > 1e-5  # (T,)
         t = int(wrong.nonzero()[0])
         _fail(
             f"{call}: the features at position {positions[t].item()} differ from the expected "
@@ -400,11 +446,15 @@ def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 
 
 def _cache_models() -> list[tuple[str, TinyDecoder]]:
-    """(description, model) pairs: every variant, float64 once, MLA with and without RoPE."""
+    """(description, model) pairs: every variant, float64 once, MLA with and without RoPE.
+
+    The 3-layer model comes first: there, forgetting the values (x 1/2) and forgetting to sum
+    the layers (x 1/3) give different wrong answers, so the hint can tell which it was.
+    """
     torch.manual_seed(0)
     specs = [  # description, layers, TinyDecoder keywords
-        ("2-layer MHA, H = H_kv = 4, d_head = 4, float32", 2, {"n_kv_heads": 4}),
         ("3-layer GQA, H = 4, H_kv = 2, d_head = 4, float32", 3, {"n_kv_heads": 2}),
+        ("2-layer MHA, H = H_kv = 4, d_head = 4, float32", 2, {"n_kv_heads": 4}),
         ("2-layer MQA, H = 4, H_kv = 1, d_head = 4, float32", 2, {"n_kv_heads": 1}),
         ("2-layer MLA, d_c = 6, no RoPE, float32", 2, {"kv_latent_dim": 6}),
         ("2-layer MLA, d_c = 6, rope_dim = 4, float32", 2, {"kv_latent_dim": 6, "rope_dim": 4}),
@@ -428,15 +478,16 @@ def _cache_hint(model: TinyDecoder, result: int, expected: int) -> str:
         ):
             return "with RoPE, MLA also caches one rotary key of rope_dim numbers per token"
         return "MLA caches one latent of kv_latent_dim (+ rope_dim) numbers per token and layer"
+    if result * len(model.blocks) == expected:
+        return "every layer keeps its own cache: add them all up"
     if 2 * result == expected:
         return "every key/value head caches a key AND a value per token"
     if result * attention.n_kv_heads == expected * attention.n_heads:
         return "count the key/value heads (n_kv_heads), not the query heads"
-    if result * len(model.blocks) == expected:
-        return "every layer keeps its own cache: add them all up"
     return "per layer: 2 * n_kv_heads * head_dim numbers, or kv_latent_dim + rope_dim for MLA"
 
 
+@_checker
 def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
     """``fn(model)`` -> the KV cache bytes one token costs a :class:`TinyDecoder`, any variant."""
     prompt = torch.randint(0, 11, (1, 5), generator=_generator(0))  # (B, T)
