@@ -1,5 +1,8 @@
 """Shape traces, heatmaps and device selection."""
 
+import subprocess
+import sys
+
 import matplotlib
 import pytest
 import torch
@@ -94,3 +97,13 @@ def test_set_seed_repeats_runs():
     first = torch.randn(4)
     set_seed(3)
     assert torch.equal(torch.randn(4), first)
+
+
+def test_importing_attnbook_leaves_matplotlib_style_alone_until_asked():
+    script = (
+        "import matplotlib; before = dict(matplotlib.rcParams); import attnbook; "
+        "assert dict(matplotlib.rcParams) == before, 'import changed rcParams'; "
+        "attnbook.use_book_style(); "
+        "assert matplotlib.rcParams['font.size'] == 11, matplotlib.rcParams['font.size']"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=60)

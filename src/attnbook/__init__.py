@@ -22,7 +22,7 @@ from attnbook.lm_training import (
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
-from attnbook.plotting import plot_attention, plot_heads
+from attnbook.plotting import plot_attention, plot_heads, use_book_style
 from attnbook.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore
 from attnbook.seq2seq import (
     AttentionDecoder,
@@ -102,4 +102,5 @@ __all__ = [
     "train_language_model",
     "train_seq2seq",
     "train_validation_split",
+    "use_book_style",
 ]

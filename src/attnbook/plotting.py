@@ -4,10 +4,10 @@ Queries are rows and keys are columns, the origin is the top-left corner (query 
 tokens label the axes, and a colorbar gives the weight scale. The colormap is viridis, which
 reads in greyscale and for colour-blind readers.
 
-:func:`use_book_style` (applied when this module is imported) gives every figure of the book one
-look: readable font sizes and the Okabe-Ito line colours, which stay distinct for colour-blind
-readers and contain no grey (the chapters draw reference lines in grey). It leaves figure sizes
-and resolution alone.
+:func:`use_book_style` gives every figure of the book one look: readable font sizes and the
+Okabe-Ito line colours, which stay distinct for colour-blind readers and contain no grey (the
+chapters draw reference lines in grey). It leaves figure sizes and resolution alone. Each
+chapter calls it once; importing attnbook leaves matplotlib's settings as they were.
 """
 
 from collections.abc import Sequence
@@ -148,5 +148,3 @@ def plot_heads(
         fig.suptitle(suptitle)
     return fig
 
-
-use_book_style()
