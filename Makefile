@@ -34,7 +34,8 @@ book: notebooks
 	@echo "Open _build/html/index.html"
 
 ## chromium: install Debian's Chromium for the browser test when it is missing and we are root;
-## otherwise say why tests/test_browser.py will be skipped (it never fails the build itself)
+## otherwise say why tests/test_browser.py will be skipped. Where CI is set (true or 1), a
+## missing browser fails the run instead: CI must not pass without the browser test.
 chromium:
 	@if [ -x "$(CHROMIUM)" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -46,13 +47,16 @@ chromium:
 	else \
 		echo "No $(CHROMIUM) and not root: the browser test will be skipped"; \
 	fi
+	@case "$${CI:-}" in true|TRUE|True|1) [ -x "$(CHROMIUM)" ] || \
+		{ echo "CI is set but there is no browser at $(CHROMIUM): set CHROMIUM"; exit 1; };; esac
 
-## test: lint, build the book from the committed outputs, run the unit tests, strict nbval and
-## the browser test of the built book (screenshots in _build/screenshots). Each of the $(JOBS)
-## pytest workers, and the notebook kernel it starts, gets one thread: together they use the
-## cores without oversubscribing them.
+## test: lint and format check, build the book from the committed outputs, run the unit tests,
+## strict nbval and the browser test of the built book (screenshots in _build/screenshots).
+## Each of the $(JOBS) pytest workers, and the notebook kernel it starts, gets one thread:
+## together they use the cores without oversubscribing them.
 test: $(INSTALLED) chromium
 	$(BIN)/ruff check src tests book scripts
+	$(BIN)/ruff format --check src tests scripts
 	$(BUILD_BOOK)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rs tests book \
 		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg

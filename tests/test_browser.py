@@ -6,9 +6,12 @@ math typeset by the bundled MathJax (no raw TeX left), code cells and outputs on
 a sidebar that links to every page; the search page finds "attention". A screenshot of each
 page goes to ``_build/screenshots/``.
 
-Needs Debian's Chromium (``make test`` installs it when it runs as root) and Playwright for
-Python, driving that Chromium: no browser is downloaded. Skipped, with the reason, when either
-is missing or the book has not been built. ``ATTNBOOK_HTML`` points it at another build.
+Needs Debian's Chromium (``make test`` installs it when it runs as root; ``CHROMIUM`` names
+another Chromium or Chrome) and Playwright for Python, driving that browser: no browser is
+downloaded. Skipped, with the reason, when either is missing or the book has not been built,
+except where the environment sets ``CI`` (``true`` or ``1``): there it fails instead, so a CI
+run cannot pass without checking the book in a browser. ``ATTNBOOK_HTML`` points it at another
+build.
 """
 
 import functools
@@ -64,7 +67,10 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+SKIP_REASON = _skip_reason()
+if SKIP_REASON is not None and os.environ.get("CI", "").lower() in ("1", "true"):
+    pytest.fail(f"CI is set, so the browser test must run, but {SKIP_REASON}", pytrace=False)
+pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

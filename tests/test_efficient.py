@@ -41,8 +41,9 @@ def test_online_softmax_handles_masked_entries_and_rows():
 @pytest.mark.parametrize("dtype", list(TOLERANCES))
 @pytest.mark.parametrize(("query_len", "key_len"), [(1, 1), (37, 37), (13, 50), (50, 13)])
 def test_tiled_matches_reference(device, dtype, query_len, key_len):
-    query, key, value = random_qkv(2, 3, query_len, key_len, 8, value_dim=5, dtype=dtype,
-                                   device=device)
+    query, key, value = random_qkv(
+        2, 3, query_len, key_len, 8, value_dim=5, dtype=dtype, device=device
+    )
     output = tiled_attention(query, key, value, block_q=7, block_k=10)
     assert output.shape == (2, 3, query_len, 5) and output.dtype == dtype
     close_to_reference(output, query, key, value)
@@ -53,8 +54,9 @@ def test_tiled_matches_reference(device, dtype, query_len, key_len):
 def test_tiled_causal_matches_the_explicit_mask(align, query_len, key_len):
     query, key, value = random_qkv(2, 2, query_len, key_len, 8)
     mask = causal_mask(query_len, key_len, align=align)  # (T, S)
-    output = tiled_attention(query, key, value, is_causal=True, causal_align=align, block_q=6,
-                             block_k=8)
+    output = tiled_attention(
+        query, key, value, is_causal=True, causal_align=align, block_q=6, block_k=8
+    )
     expected, _ = scaled_dot_product_attention(query, key, value, mask)
     torch.testing.assert_close(output, expected)
     close_to_reference(output, query, key, value, mask)
@@ -63,8 +65,9 @@ def test_tiled_causal_matches_the_explicit_mask(align, query_len, key_len):
 def test_tiled_is_causal_default_is_top_left_like_the_library():
     query, key, value = random_qkv(1, 2, 9, 21, 4)
     expected, _ = scaled_dot_product_attention(query, key, value, is_causal=True)
-    torch.testing.assert_close(tiled_attention(query, key, value, is_causal=True, block_k=4),
-                               expected)
+    torch.testing.assert_close(
+        tiled_attention(query, key, value, is_causal=True, block_k=4), expected
+    )
 
 
 def test_tiled_padding_and_float_masks_and_fully_masked_rows():

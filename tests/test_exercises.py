@@ -231,8 +231,6 @@ def test_reader_errors_are_reported_with_the_call():
     )
 
 
-
-
 # Chapter 8
 
 

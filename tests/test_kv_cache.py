@@ -71,7 +71,9 @@ def test_chunked_causal_attention_with_a_cache_equals_the_full_forward(
         cache, pieces, start = KVCache(), [], 0
         for length in chunks:
             piece, _ = attention(
-                x[:, start : start + length], is_causal=True, cache=cache,
+                x[:, start : start + length],
+                is_causal=True,
+                cache=cache,
                 need_weights=need_weights,
             )  # (B, length, D)
             pieces.append(piece)

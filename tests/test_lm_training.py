@@ -63,8 +63,9 @@ def test_attention_weights_are_causal_and_match_the_layer(variant, keywords):
     with torch.no_grad():
         embedded = model.token_embedding(tokens) + model.position_embedding(torch.arange(5))
         block = model.blocks[0]
-        _, first = block.attention(block.attention_norm(embedded), is_causal=True,
-                                   need_weights=True)
+        _, first = block.attention(
+            block.attention_norm(embedded), is_causal=True, need_weights=True
+        )
     torch.testing.assert_close(weights[0], first)
 
 
@@ -108,8 +109,17 @@ def test_training_learns_a_periodic_sequence_and_is_reproducible(variant, keywor
     runs = []
     for _ in range(2):
         model = decoder(**keywords)
-        history = train_language_model(model, ids[:300], ids[300:], steps=30, batch_size=8,
-                                       block_size=16, lr=1e-2, eval_every=10, seed=1)
+        history = train_language_model(
+            model,
+            ids[:300],
+            ids[300:],
+            steps=30,
+            batch_size=8,
+            block_size=16,
+            lr=1e-2,
+            eval_every=10,
+            seed=1,
+        )
         runs.append(history)
         assert not model.training
     assert runs[0].steps == [0, 10, 20, 30]

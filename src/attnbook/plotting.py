@@ -147,4 +147,3 @@ def plot_heads(
     if suptitle:
         fig.suptitle(suptitle)
     return fig
-
