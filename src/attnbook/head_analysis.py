@@ -1,0 +1,167 @@
+"""What the heads of a trained decoder do: where they look, how much each matters, pruning.
+
+Everything here reads a model through its public interface: ``attention_weights(tokens)``
+(L, B, H, T, T) and ``forward(tokens, head_mask=...)`` with gates of shape (L, H), Michel et
+al.'s xi (1 keeps a head, 0 removes it). Weights follow the book's convention: queries as rows,
+keys as columns, causal (query i sees keys 0..i).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbook._checks import check_tensor
+
+SEPARATORS = frozenset(" \n.,;:!?'()")
+
+# A head's role is the statistic that takes at least this share of its attention.
+ROLE_THRESHOLD = 0.5
+ROLES = {
+    "previous": "previous character",
+    "current": "current character",
+    "first": "first position",
+    "separator": "spaces and punctuation",
+    "induction": "induction (after an earlier copy)",
+}
+
+
+def _mean_over_queries(values: Tensor, valid: Tensor) -> Tensor:
+    """Average (L, B, H, T) over B and the valid queries (B, T) -> (L, H)."""
+    weights = valid[None, :, None, :].to(values.dtype)  # (1, B, 1, T)
+    return (values * weights).sum(dim=(1, 3)) / weights.sum(dim=(1, 3)).clamp(min=1)
+
+
+def induction_targets(tokens: Tensor) -> Tensor:
+    """(B, T, T) bool: key j is the character after an earlier occurrence of query i's character.
+
+    That is tokens[j - 1] == tokens[i] with 1 <= j <= i: the key an induction head looks at to
+    predict that what followed the earlier copy comes next.
+    """
+    check_tensor("tokens", tokens, "(B, T)", rank=2)
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): tokens[i] == tokens[j]
+    shifted = torch.zeros_like(same)
+    shifted[:, :, 1:] = same[:, :, :-1]  # (B, T, T): tokens[i] == tokens[j - 1]
+    earlier = torch.ones_like(same[0]).tril(diagonal=-1)  # (T, T): j - 1 < i, so j <= i
+    return shifted & earlier  # (B, T, T)
+
+
+def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> dict[str, Tensor]:
+    """Per-head averages over a batch of windows, each (L, H).
+
+    weights (L, B, H, T, T) from ``attention_weights``, tokens (B, T), ``characters`` the
+    vocabulary (id -> character). Statistics, averaged over windows and queries:
+    ``distance`` (mean i - j under the weights), ``entropy`` (nats), ``previous`` (weight on
+    key i - 1), ``current`` (on key i), ``first`` (on key 0), ``separator`` (on spaces, newlines,
+    punctuation), ``induction`` (on the keys :func:`induction_targets` marks, over the queries
+    that have one). Queries 0 (and 1 for ``first``) are left out where the statistic is trivial.
+    """
+    check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
+    length = weights.size(-1)
+    positions = torch.arange(length, device=weights.device)
+    distance = (positions[:, None] - positions[None, :]).clamp(min=0).to(weights.dtype)  # (T, T)
+    is_separator = torch.tensor([c in SEPARATORS for c in characters], device=tokens.device)
+    separator_keys = is_separator[tokens]  # (B, T)
+    induction = induction_targets(tokens)  # (B, T, T)
+    all_queries = torch.ones_like(tokens, dtype=torch.bool)  # (B, T)
+    after_first = all_queries.clone()
+    after_first[:, :2] = False
+    after_zero = all_queries.clone()
+    after_zero[:, 0] = False
+    diagonal = weights.diagonal(dim1=-2, dim2=-1)  # (L, B, H, T)
+    previous = F.pad(weights.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # (L, B, H, T)
+    entropy = -(weights * weights.clamp(min=1e-12).log()).sum(-1)  # (L, B, H, T)
+    return {
+        "distance": _mean_over_queries((weights * distance).sum(-1), all_queries),
+        "entropy": _mean_over_queries(entropy, all_queries),
+        "previous": _mean_over_queries(previous, after_zero),
+        "current": _mean_over_queries(diagonal, after_zero),
+        "first": _mean_over_queries(weights[..., 0], after_first),
+        "separator": _mean_over_queries(
+            (weights * separator_keys[None, :, None, None, :]).sum(-1), after_zero
+        ),
+        "induction": _mean_over_queries(
+            (weights * induction[None, :, None]).sum(-1), induction.any(-1)
+        ),
+    }
+
+
+def name_roles(statistics: dict[str, Tensor], threshold: float = ROLE_THRESHOLD) -> list[list[str]]:
+    """[layer][head] -> the role whose statistic reaches ``threshold``, else ``"mixed"``."""
+    shares = torch.stack([statistics[key] for key in ROLES])  # (roles, L, H)
+    best, index = shares.max(dim=0)  # (L, H) each
+    names = list(ROLES.values())
+    return [
+        [
+            names[i] if share >= threshold else "mixed"
+            for share, i in zip(row, row_index, strict=True)
+        ]
+        for row, row_index in zip(best.tolist(), index.tolist(), strict=True)
+    ]
+
+
+def _gates(model: nn.Module, dtype: torch.dtype, device: torch.device) -> Tensor:
+    n_layers = len(model.blocks)
+    n_heads = model.blocks[0].attention.n_heads
+    return torch.ones(n_layers, n_heads, dtype=dtype, device=device)  # (L, H)
+
+
+def _loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> Tensor:
+    logits = model(inputs, head_mask=gates)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+@torch.no_grad()
+def masked_loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> float:
+    """Mean next-token loss of inputs (B, T) vs targets (B, T) with head gates (L, H)."""
+    return _loss(model, inputs, targets, gates).item()
+
+
+@torch.no_grad()
+def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
+    parameter = next(model.parameters())
+    gates = _gates(model, parameter.dtype, parameter.device)  # (L, H)
+    base = masked_loss(model, inputs, targets, gates)
+    increase = torch.zeros_like(gates)
+    for layer, head in torch.cartesian_prod(*(torch.arange(n) for n in gates.shape)).tolist():
+        gates[layer, head] = 0.0
+        increase[layer, head] = masked_loss(model, inputs, targets, gates) - base
+        gates[layer, head] = 1.0
+    return increase
+
+
+def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    """(L, H): Michel et al.'s I_h = E_x |d loss(x) / d xi_h| at xi = 1, x one window of inputs.
+
+    One backward pass per window (B of them): the absolute value is taken per window, before
+    the mean, as in the paper.
+    """
+    parameter = next(model.parameters())
+    total = _gates(model, parameter.dtype, parameter.device).zero_()  # (L, H)
+    for window, target in zip(inputs, targets, strict=True):
+        gates = _gates(model, parameter.dtype, parameter.device).requires_grad_()
+        loss = _loss(model, window[None], target[None], gates)
+        (gradient,) = torch.autograd.grad(loss, gates)  # (L, H)
+        total += gradient.abs()
+    return total / inputs.size(0)
+
+
+@torch.no_grad()
+def pruning_curve(
+    model: nn.Module, inputs: Tensor, targets: Tensor, order: list[tuple[int, int]]
+) -> list[float]:
+    """Losses after removing the heads of ``order`` one by one: [every head, -1 head, ...]."""
+    parameter = next(model.parameters())
+    gates = _gates(model, parameter.dtype, parameter.device)  # (L, H)
+    losses = [masked_loss(model, inputs, targets, gates)]
+    for layer, head in order:
+        gates[layer, head] = 0.0
+        losses.append(masked_loss(model, inputs, targets, gates))
+    return losses
+
+
+def order_by(scores: Tensor, *, descending: bool = False) -> list[tuple[int, int]]:
+    """(layer, head) pairs of an (L, H) score table, least important first by default."""
+    flat = scores.flatten().argsort(descending=descending, stable=True).tolist()
+    n_heads = scores.size(1)
+    return [(index // n_heads, index % n_heads) for index in flat]
