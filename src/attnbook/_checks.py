@@ -261,3 +261,42 @@ def check_head_counts(d_model: int, n_heads: int, n_kv_heads: int) -> None:
             f"n_kv_heads: n_heads = {n_heads} is not divisible by n_kv_heads = {n_kv_heads}; "
             f"each key/value head must serve the same number of query heads"
         )
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """``value`` is one of the named ``choices`` (a layout, a scheme, ...)."""
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
+
+
+def check_even(name: str, value: int, reason: str) -> None:
+    """``value`` is even; ``reason`` says why, e.g. "rotary features come in pairs"."""
+    if value % 2:
+        raise ValueError(f"{name}: {reason}, so {name} must be even, got {value}")
+
+
+def check_positions(positions: object, length: int | None = None, other: str = "x") -> None:
+    """Positions are a (T,) tensor of integer or float numbers, T = ``length`` when given."""
+    if not isinstance(positions, Tensor):
+        raise ValueError(
+            f"positions: expected a tensor of shape (T,), got {type(positions).__name__}; "
+            f"use torch.arange(T) or torch.tensor(positions)"
+        )
+    if positions.dtype == torch.bool or positions.dtype.is_complex:
+        raise ValueError(
+            f"positions: expected integer (or real) positions, got dtype {positions.dtype}"
+        )
+    if length is None and positions.dim() != 1:
+        raise ValueError(f"positions: expected shape (T,), got {shape_of(positions)}")
+    if length is not None and (positions.dim() != 1 or positions.size(0) != length):
+        raise ValueError(
+            f"positions: expected shape (T,) with T = {length} as in {other}, got "
+            f"positions.shape = {shape_of(positions)}"
+        )
+
+
+def check_positive(name: str, value: object) -> None:
+    """``value`` is a finite real number above 0 (a base, a scale)."""
+    bad_type = isinstance(value, bool) or not isinstance(value, int | float)
+    if bad_type or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")

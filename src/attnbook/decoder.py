@@ -1,7 +1,8 @@
 """A tiny decoder-only language model built from the library's pieces, and greedy generation.
 
-:class:`TinyDecoder` embeds tokens and positions, runs ``n_layers`` pre-norm blocks of causal
-self-attention and an MLP, and maps the result to logits over the vocabulary. The attention is
+:class:`TinyDecoder` embeds tokens (and positions, by one of the schemes of
+:mod:`attnbook.positions`), runs ``n_layers`` pre-norm blocks of causal self-attention and an
+MLP, and maps the result to logits over the vocabulary. The attention is
 :class:`attnbook.GroupedQueryAttention`, whose ``n_kv_heads`` alone says whether it is
 multi-head (``n_kv_heads == n_heads``), grouped-query or multi-query (``n_kv_heads == 1``)
 attention, or multi-head latent attention when ``kv_latent_dim`` is given.
@@ -13,9 +14,10 @@ module (``new_cache()``): a :class:`attnbook.KVCache`, or a latent cache for MLA
 import torch
 from torch import Tensor, nn
 
-from attnbook._checks import check_int, check_tensor, shape_of
+from attnbook._checks import check_choice, check_even, check_int, check_tensor, shape_of
 from attnbook.latent import MultiHeadLatentAttention
 from attnbook.multihead import GroupedQueryAttention
+from attnbook.positions import alibi_bias, sinusoidal_encoding
 from attnbook.trace import record
 
 
@@ -26,10 +28,12 @@ def make_attention(
     n_kv_heads: int | None = None,
     kv_latent_dim: int | None = None,
     rope_dim: int = 0,
+    rope: bool = False,
 ) -> nn.Module:
     """One self-attention layer: GQA with ``n_kv_heads`` key/value heads, or MLA.
 
     ``n_kv_heads`` defaults to ``n_heads`` (multi-head attention); 1 is multi-query attention.
+    ``rope=True`` gives the GQA layer a rotary embedding in the split-halves layout (Llama's).
     With ``kv_latent_dim`` the layer is a :class:`attnbook.MultiHeadLatentAttention` caching a
     ``kv_latent_dim``-wide latent per token (and ``rope_dim`` rotary features); ``n_kv_heads``
     then has no meaning and must be left out. Every layer has biases in its projections.
@@ -40,13 +44,17 @@ def make_attention(
                 f"n_kv_heads: latent attention (kv_latent_dim = {kv_latent_dim}) derives every "
                 f"head's key and value from one latent; leave n_kv_heads out, got {n_kv_heads}"
             )
+        if rope:
+            raise ValueError(
+                "rope: latent attention has its own decoupled rotary key; set rope_dim instead"
+            )
         return MultiHeadLatentAttention(
             d_model, n_heads, kv_latent_dim, rope_dim=rope_dim, bias=True
         )
     if rope_dim:
         raise ValueError(f"rope_dim: only latent attention (kv_latent_dim) has one, got {rope_dim}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-    return GroupedQueryAttention(d_model, n_heads, n_kv_heads)
+    return GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope=rope)
 
 
 def attention_kind(attention: nn.Module) -> str:
@@ -78,16 +86,24 @@ class DecoderBlock(nn.Module):
         )
 
     def forward_with_weights(
-        self, x: Tensor, cache=None, *, need_weights: bool = False, head_mask: Tensor | None = None
+        self,
+        x: Tensor,
+        cache=None,
+        *,
+        need_weights: bool = False,
+        head_mask: Tensor | None = None,
+        mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The block's output (B, T, D) and, with ``need_weights``, its attention (B, H, T, S).
 
         ``head_mask`` (H,) or (B, H) gates the attention's heads (see
-        :class:`attnbook.GroupedQueryAttention`).
+        :class:`attnbook.GroupedQueryAttention`). ``mask``: None for plain causal attention,
+        or a float mask (H, T, S) that is causal itself, such as :func:`attnbook.alibi_bias`.
         """
         attended, weights = self.attention(
             self.attention_norm(x),
-            is_causal=True,
+            mask=mask,
+            is_causal=mask is None,
             need_weights=need_weights,
             cache=cache,
             head_mask=head_mask,
@@ -95,8 +111,39 @@ class DecoderBlock(nn.Module):
         x = x + attended  # (B, T, D)
         return x + self.mlp(self.mlp_norm(x)), weights  # (B, T, D), (B, H, T, S) or None
 
-    def forward(self, x: Tensor, cache=None, *, head_mask: Tensor | None = None) -> Tensor:
-        return self.forward_with_weights(x, cache, head_mask=head_mask)[0]  # (B, T, D)
+    def forward(
+        self,
+        x: Tensor,
+        cache=None,
+        *,
+        head_mask: Tensor | None = None,
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        return self.forward_with_weights(x, cache, head_mask=head_mask, mask=mask)[0]  # (B, T, D)
+
+
+POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+def _check_position_scheme(
+    positions: str, d_model: int, kv_latent_dim: int | None, rope_dim: int
+) -> None:
+    """The position schemes each attention supports; MLA carries rotary positions in rope_dim."""
+    check_choice("positions", positions, POSITION_SCHEMES)
+    if positions == "sinusoidal":
+        check_even("d_model", d_model, "sinusoidal encodings come in (sin, cos) pairs")
+    if kv_latent_dim is None:
+        return
+    if positions == "alibi":
+        raise ValueError(
+            "positions: 'alibi' is not supported with latent attention (kv_latent_dim); use "
+            "'learned', 'sinusoidal', 'none', or 'rope' with rope_dim > 0"
+        )
+    if positions == "rope" and not rope_dim:
+        raise ValueError(
+            "positions: 'rope' with latent attention means its decoupled rotary key, so "
+            f"rope_dim must be > 0, got {rope_dim}"
+        )
 
 
 class TinyDecoder(nn.Module):
@@ -106,7 +153,16 @@ class TinyDecoder(nn.Module):
     logits (B, T, V) for V = ``vocab_size``. With ``caches`` (one cache per layer, see
     :meth:`new_caches`) the T tokens are taken to follow the positions already cached: their
     positions start at the cache's length, and each layer attends over the cached keys and
-    values too. Positions are learned embeddings, so at most ``max_len`` of them.
+    values too.
+
+    ``positions`` chooses how the model knows where a token is: ``"learned"`` (the default),
+    a table of ``max_len`` trained embeddings added to the tokens, so at most ``max_len``
+    positions; ``"sinusoidal"``, fixed encodings added to the tokens; ``"rope"``, rotary
+    embeddings of queries and keys in every layer (split-halves layout); ``"alibi"``, a linear
+    distance penalty per head added to the scores; ``"none"``, nothing (the causal mask alone).
+    Only ``"learned"`` limits the length to ``max_len``. With latent attention
+    (``kv_latent_dim``) ``"rope"`` means MLA's decoupled rotary key and needs ``rope_dim > 0``,
+    and ``"alibi"`` is refused.
 
     Every size is a keyword: ``TinyDecoder(V, d_model=16, n_heads=4, n_layers=2, max_len=12)``.
     The attention is chosen by :func:`make_attention`'s arguments: ``n_kv_heads`` (default
@@ -126,6 +182,7 @@ class TinyDecoder(nn.Module):
         kv_latent_dim: int | None = None,
         rope_dim: int = 0,
         mlp_width: int | None = None,
+        positions: str = "learned",
     ) -> None:
         super().__init__()
         for name, value in (
@@ -134,12 +191,21 @@ class TinyDecoder(nn.Module):
             ("max_len", max_len),
         ):
             check_int(name, value)
+        _check_position_scheme(positions, d_model, kv_latent_dim, rope_dim)
         self.vocab_size = vocab_size
         self.max_len = max_len
+        self.positions = positions
+        self.n_heads = n_heads
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.position_embedding = nn.Embedding(max_len, d_model)
+        learned = positions == "learned"
+        self.position_embedding = nn.Embedding(max_len, d_model) if learned else None
         width = 4 * d_model if mlp_width is None else mlp_width
-        attention = {"n_kv_heads": n_kv_heads, "kv_latent_dim": kv_latent_dim, "rope_dim": rope_dim}
+        attention = {
+            "n_kv_heads": n_kv_heads,
+            "kv_latent_dim": kv_latent_dim,
+            "rope_dim": rope_dim,
+            "rope": positions == "rope" and kv_latent_dim is None,
+        }
         self.blocks = nn.ModuleList(
             DecoderBlock(make_attention(d_model, n_heads, **attention), width)
             for _ in range(n_layers)
@@ -165,7 +231,7 @@ class TinyDecoder(nn.Module):
                 f"tokens: expected ids in [0, vocab_size = {self.vocab_size}), got values from "
                 f"{tokens.min().item()} to {tokens.max().item()}"
             )
-        if past + tokens.size(1) > self.max_len:
+        if self.positions == "learned" and past + tokens.size(1) > self.max_len:
             raise ValueError(
                 f"tokens: {past} cached + {tokens.size(1)} new positions exceed max_len = "
                 f"{self.max_len}; got tokens.shape = {shape_of(tokens)}"
@@ -173,10 +239,23 @@ class TinyDecoder(nn.Module):
 
     def _embed(self, tokens: Tensor, past: int) -> Tensor:
         self._check_tokens(tokens, past)
+        x = self.token_embedding(tokens)  # (B, T, D)
         positions = torch.arange(past, past + tokens.size(1), device=tokens.device)  # (T,)
-        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, D)
-        record("embedded", x, "B T D", "token + position embeddings")
+        if self.positions == "learned":
+            x = x + self.position_embedding(positions)  # (B, T, D)
+        elif self.positions == "sinusoidal":
+            x = x + sinusoidal_encoding(positions, x.size(-1), dtype=x.dtype)  # (B, T, D)
+        additive = self.positions in ("learned", "sinusoidal")
+        record("embedded", x, "B T D", "token + position embeddings" if additive else "tokens")
         return x
+
+    def _attention_mask(
+        self, query_len: int, past: int, dtype: torch.dtype, device
+    ) -> Tensor | None:
+        """None (plain causal attention), or with ALiBi the bias (H, T, S) for S = past + T."""
+        if self.positions != "alibi":
+            return None
+        return alibi_bias(self.n_heads, query_len, past + query_len, dtype=dtype, device=device)
 
     def forward(
         self, tokens: Tensor, caches: list | None = None, *, head_mask: Tensor | None = None
@@ -192,10 +271,11 @@ class TinyDecoder(nn.Module):
         self._check_head_mask(head_mask)
         past = 0 if caches is None else len(caches[0])
         x = self._embed(tokens, past)  # (B, T, D)
+        mask = self._attention_mask(tokens.size(1), past, x.dtype, x.device)  # (H, T, S) or None
         for index, block in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
             layer_mask = None if head_mask is None else head_mask[index]  # (H,)
-            x = block(x, cache, head_mask=layer_mask)  # (B, T, D)
+            x = block(x, cache, head_mask=layer_mask, mask=mask)  # (B, T, D)
         logits = self.lm_head(self.final_norm(x))  # (B, T, V)
         record("logits", logits, "B T V", "a score for every vocabulary entry (V)")
         return logits
@@ -212,9 +292,12 @@ class TinyDecoder(nn.Module):
     def attention_weights(self, tokens: Tensor) -> Tensor:
         """The causal attention weights of every layer for ``tokens`` (B, T): (L, B, H, T, T)."""
         x = self._embed(tokens, 0)  # (B, T, D)
+        mask = self._attention_mask(tokens.size(1), 0, x.dtype, x.device)  # (H, T, T) or None
         layer_weights = []
         for block in self.blocks:
-            x, weights = block.forward_with_weights(x, need_weights=True)  # (B, T, D), (B, H, T, T)
+            x, weights = block.forward_with_weights(
+                x, need_weights=True, mask=mask
+            )  # (B, T, D), (B, H, T, T)
             layer_weights.append(weights)
         return torch.stack(layer_weights)  # (L, B, H, T, T)
 
@@ -230,7 +313,7 @@ def greedy_generate(
     ``use_cache=False`` runs the model over the whole sequence at every step (recomputation);
     ``use_cache=True`` runs the prompt once (prefill) and then only the newest token, reading
     earlier keys and values from a cache per layer. Both choose the same tokens; the logits
-    agree to rounding.
+    agree to rounding. Only a model with learned positions is limited to ``max_len``.
 
     Padding is not supported: a padded row would be decoded as if its pad tokens were text, so
     a batch must hold prompts of one length. Prompts given as a list of 1-D tensors are stacked,
@@ -250,7 +333,8 @@ def greedy_generate(
         raise ValueError(
             f"prompt: expected at least one token per row, got prompt.shape = {shape_of(prompt)}"
         )
-    if prompt.size(1) + n_new - 1 > model.max_len:  # the last new token is never fed back
+    too_long = prompt.size(1) + n_new - 1 > model.max_len  # the last new token is never fed back
+    if model.positions == "learned" and too_long:
         raise ValueError(
             f"n_new: a {prompt.size(1)}-token prompt and {n_new} new tokens need "
             f"{prompt.size(1) + n_new - 1} positions, more than max_len = {model.max_len}"

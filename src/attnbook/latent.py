@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from attnbook._checks import (
     check_cached_attention_mask,
-    check_floating,
     check_head_counts,
     check_head_mask,
     check_int,
@@ -28,50 +27,8 @@ from attnbook._checks import (
 from attnbook.attention import attend, masked_softmax
 from attnbook.heads import gate_heads, merge_heads, split_heads
 from attnbook.masks import causal_mask, causal_over_cache
+from attnbook.positions import apply_rope
 from attnbook.trace import record
-
-
-def rope_angles(
-    positions: Tensor, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
-) -> Tensor:
-    """The rotation angles (T, dim / 2): position t turns feature pair i by t * base^(-2i/dim).
-
-    Computed in ``dtype``, float32 or wider: in 16 bits an angle of 1400 radians is off by
-    several radians. float64 is not available on every device (MPS), hence the choice.
-    """
-    check_int("dim", dim)
-    if dim % 2:
-        raise ValueError(f"dim: rotary features come in pairs, so dim must be even, got {dim}")
-    pair = torch.arange(dim // 2, device=positions.device, dtype=dtype)  # (dim/2,)
-    frequencies = base ** (-2.0 * pair / dim)  # (dim/2,)
-    return positions.to(dtype)[:, None] * frequencies[None, :]  # (T, dim/2)
-
-
-def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
-    """Rotary position embedding (Su et al., 2021) of x (..., T, dim) at ``positions`` (T,).
-
-    Features (2i, 2i + 1) form a pair, rotated by the angle ``positions[t] * base^(-2i/dim)``.
-    Rotations keep lengths, and the dot product of a query rotated at position t with a key
-    rotated at position s depends on the positions only through t - s.
-    """
-    check_tensor("x", x, "(..., T, dim)")
-    check_floating("x", x)
-    if not isinstance(positions, Tensor):
-        raise ValueError(
-            f"positions: expected a tensor of shape (T,), got {type(positions).__name__}; "
-            f"use torch.arange(T) or torch.tensor(positions)"
-        )
-    if positions.dim() != 1 or positions.size(0) != x.size(-2):
-        raise ValueError(
-            f"positions: expected shape (T,) with T = {x.size(-2)} as in x, got "
-            f"positions.shape = {shape_of(positions)}"
-        )
-    angle_dtype = torch.promote_types(x.dtype, torch.float32)  # never rounded to 16 bits
-    angles = rope_angles(positions, x.size(-1), base, angle_dtype)  # (T, dim/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, dim/2) each
-    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, dim/2) each
-    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-    return rotated.flatten(-2)  # (..., T, dim): pairs interleaved back
 
 
 class LatentCache:

@@ -1,12 +1,15 @@
-"""Multi-head, grouped-query and multi-query attention as one module."""
+"""Multi-head, grouped-query and multi-query attention as one module, optionally with RoPE."""
 
+import torch
 from torch import Tensor, nn
 
 from attnbook._checks import (
     check_cached_attention_mask,
+    check_choice,
     check_head_counts,
     check_head_mask,
     check_model_input,
+    check_positive,
     check_probability,
     check_same_dtype,
     shape_of,
@@ -15,6 +18,7 @@ from attnbook.attention import attend
 from attnbook.heads import gate_heads, merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_over_cache
+from attnbook.positions import ROPE_LAYOUTS, apply_rope
 from attnbook.trace import record
 
 
@@ -46,6 +50,14 @@ class GroupedQueryAttention(nn.Module):
     With grouped key/value heads a gate acts on one *query* head: the key/value head it reads
     still serves the other query heads of its group, so removing a key/value head means gating
     every query head of its group.
+
+    ``rope=True`` adds a rotary position embedding (:func:`attnbook.apply_rope`, Su et al.,
+    2021) to self-attention: after the projections, every query and key head is rotated at its
+    position with ``rope_base`` as the base of the frequencies and ``rope_layout`` as the
+    feature pairing, ``"halves"`` (GPT-NeoX, Llama; the default) or ``"adjacent"`` (RoFormer,
+    GPT-J). With a cache the T new tokens are at positions ``len(cache)`` onward, and the keys
+    are cached already rotated. ``d_model / n_heads`` must then be even, and key and value must
+    be left out (query and key positions are only defined when they are the same tokens).
     """
 
     def __init__(
@@ -56,10 +68,23 @@ class GroupedQueryAttention(nn.Module):
         *,
         bias: bool = True,
         dropout: float = 0.0,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        rope_layout: str = "halves",
     ) -> None:
         super().__init__()
         check_head_counts(d_model, n_heads, n_kv_heads)
         check_probability("dropout", dropout)
+        check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
+        check_positive("rope_base", rope_base)
+        if rope and (d_model // n_heads) % 2:
+            raise ValueError(
+                f"rope: rotary features come in pairs, so d_head = d_model / n_heads must be even, "
+                f"got d_head = {d_model // n_heads} (d_model = {d_model}, n_heads = {n_heads})"
+            )
+        self.rope = rope
+        self.rope_base = rope_base
+        self.rope_layout = rope_layout
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
@@ -114,6 +139,11 @@ class GroupedQueryAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         if key is None and value is not None:
             raise ValueError("key: got value but no key; pass both for cross-attention")
+        if self.rope and key is not None:
+            raise ValueError(
+                "key: this layer has a rotary embedding (rope=True), which needs self-attention; "
+                "leave key and value out"
+            )
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, mask, is_causal, cache)
@@ -125,6 +155,8 @@ class GroupedQueryAttention(nn.Module):
         record("q", q, "B H T d_head", "queries, projected and split into heads")
         record("k", k, "B H_kv S d_head", "keys, one per key/value head")
         record("v", v, "B H_kv S d_head", "values, one per key/value head")
+        if self.rope:
+            q, k = self._rotate(q, k, 0 if cache is None else len(cache))  # shapes unchanged
         if cache is not None:
             k, v = self._extend_cache(cache, k, v)  # (B, H_kv, S, d_head): cached and new
             mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), q.device)
@@ -139,6 +171,15 @@ class GroupedQueryAttention(nn.Module):
         output = self.out_proj(merged)  # (B, T, D)
         record("output", output, "B T D", "output projection")
         return output, weights
+
+    def _rotate(self, q: Tensor, k: Tensor, past: int) -> tuple[Tensor, Tensor]:
+        """Rotate queries (B, H, T, d_head) and keys (B, H_kv, T, d_head) at past + arange(T)."""
+        positions = torch.arange(past, past + q.size(2), device=q.device)  # (T,)
+        q = apply_rope(q, positions, self.rope_base, layout=self.rope_layout)  # (B, H, T, d_head)
+        k = apply_rope(k, positions, self.rope_base, layout=self.rope_layout)  # (B, H_kv, T, dh)
+        record("q rotated", q, "B H T d_head", "queries rotated at their positions")
+        record("k rotated", k, "B H_kv T d_head", "keys rotated at their positions")
+        return q, k
 
     def _extend_cache(self, cache: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append the new keys and values (B, H_kv, T, d_head) and return all S cached ones."""
