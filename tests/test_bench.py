@@ -3,7 +3,7 @@
 import pytest
 
 from attnbook.bench import __main__ as bench_main
-from attnbook.bench import attention
+from attnbook.bench import attention, ring
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +41,21 @@ def test_quick_run_prints_three_tables_with_verdicts(quick_output):
     assert "Attention kernels" in quick_output
     assert "Attention modules" in quick_output
     assert "KV-cache decoding" in quick_output
+    assert "Ring attention on CPU processes" in quick_output
     targets = [line for line in quick_output.splitlines() if line.startswith("target:")]
     assert len(targets) >= 2
     assert all(any(word in line for word in ("met", "not measured")) for line in targets)
     kernel_header = next(line for line in quick_output.splitlines() if "explicit ms" in line)
     assert kernel_header.split()[:4] == ["T", "explicit", "ms", "tiled"]
     assert quick_output.rstrip().splitlines()[-1].startswith("total:")
+
+
+def test_ring_results_cover_every_world_size_with_the_memory_verdict():
+    explicit, results = ring.ring_benchmark(quick=True)
+    assert [r.world_size for r in results] == list(ring.QUICK["world_sizes"])
+    assert explicit.peak_bytes > 0 and all(r.peak_bytes > 0 and r.seconds > 0 for r in results)
+    assert results[-1].peak_bytes < results[0].peak_bytes  # more ranks, less memory per rank
+    worst, met = ring.memory_verdict(explicit, results)
+    assert met == (worst <= 1.0)
+    table = ring.format_ring(explicit, results, quick=True)
+    assert table.splitlines()[-1].startswith("target: peak memory per rank <= 1/P")

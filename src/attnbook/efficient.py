@@ -4,7 +4,10 @@
 running maximum and a running sum that is rescaled whenever the maximum grows (Milakov and
 Gimelshein, 2018). :func:`tiled_attention` applies the same idea to attention, in the manner of
 FlashAttention (Dao et al., 2022): it walks over blocks of keys and values and never holds the
-(T, S) matrix of scores, only one (block_q, block_k) tile of it at a time.
+(T, S) matrix of scores, only one (block_q, block_k) tile of it at a time. Its two steps are
+public, because ring attention (:mod:`attnbook.ring`) reuses them across processes:
+:func:`attention_block` gives a partial result (output, log-sum-exp) over one block of keys and
+:func:`merge_partials` combines two partial results exactly.
 """
 
 import math
@@ -67,6 +70,58 @@ def _block_mask(
     return key_pos <= query_pos + causal_offset  # (bq, bk)
 
 
+def attention_block(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, *, scale: float
+) -> tuple[Tensor, Tensor]:
+    """Attention of a block of queries over one block of keys, as a partial result.
+
+    query (..., bq, d), key (..., bk, d), value (..., bk, d_v); mask None, boolean (True =
+    attend) or floating (added), broadcastable to (..., bq, bk). Returns ``(output, lse)``:
+    output (..., bq, d_v) is softmax(q k^T * scale + mask) v over this block's keys only, and
+    lse (..., bq, 1) is the log of the softmax's normaliser, log(sum_j exp(score_j)). A row with
+    no key to attend to gets output 0 and lse -inf, and finite gradients. Partial results over
+    disjoint key blocks combine exactly with :func:`merge_partials`. No input checks: this is
+    the inner step of :func:`tiled_attention` and :func:`attnbook.ring.ring_attention`.
+    """
+    scores = query @ key.transpose(-2, -1) * scale  # (..., bq, bk)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, _NEG_INF)
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)
+    row_max = scores.amax(dim=-1, keepdim=True)  # (..., bq, 1)
+    safe_max = torch.where(row_max == _NEG_INF, 0.0, row_max)  # (..., bq, 1)
+    probabilities = torch.exp(scores - safe_max)  # (..., bq, bk), unnormalised
+    row_sum = probabilities.sum(dim=-1, keepdim=True)  # (..., bq, 1)
+    safe_sum = torch.where(row_sum > 0, row_sum, 1.0)  # (..., bq, 1)
+    output = probabilities @ value / safe_sum  # (..., bq, d_v)
+    lse = torch.where(row_sum > 0, safe_max + torch.log(safe_sum), _NEG_INF)  # (..., bq, 1)
+    return output, lse
+
+
+def merge_partials(
+    output_a: Tensor, lse_a: Tensor, output_b: Tensor, lse_b: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Combine the attention of the same queries over two disjoint sets of keys, exactly.
+
+    output_a, output_b (..., T, d_v) are each normalised over their own keys, with log
+    normalisers lse_a, lse_b (..., T, 1) (from :func:`attention_block`, or a previous merge).
+    The result is the attention over the union of the keys: lse = log(exp(lse_a) +
+    exp(lse_b)), output = output_a * exp(lse_a - lse) + output_b * exp(lse_b - lse). This is
+    the online-softmax step: rows are rescaled by their share of the joint normaliser. Rows
+    with lse -inf on both sides (nothing to attend to) stay 0 with lse -inf, gradients finite.
+    Returns ``(output, lse)`` with the broadcast shapes.
+    """
+    new_max = torch.maximum(lse_a, lse_b)  # (..., T, 1)
+    safe_max = torch.where(new_max == _NEG_INF, 0.0, new_max)  # (..., T, 1)
+    weight_a = torch.exp(lse_a - safe_max)  # (..., T, 1), in [0, 1]
+    weight_b = torch.exp(lse_b - safe_max)  # (..., T, 1)
+    total = weight_a + weight_b  # (..., T, 1), in [1, 2] unless both are empty
+    safe_total = torch.where(total > 0, total, 1.0)  # (..., T, 1)
+    output = (output_a * weight_a + output_b * weight_b) / safe_total  # (..., T, d_v)
+    lse = torch.where(total > 0, safe_max + torch.log(safe_total), _NEG_INF)  # (..., T, 1)
+    return output, lse
+
+
 def tiled_attention(
     query: Tensor,
     key: Tensor,
@@ -86,8 +141,9 @@ def tiled_attention(
     weights to return: they never exist as one tensor.
 
     For each block of ``block_q`` queries, the key/value blocks of ``block_k`` keys are visited
-    in order, keeping per query a running maximum m, a running denominator l and an unnormalised
-    output; when m grows, l and the output are rescaled by exp(m_old - m_new). Extra memory is
+    in order: each tile gives a partial result, its output and the log of its softmax
+    normaliser (:func:`attention_block`), and :func:`merge_partials` folds it into the running
+    one, rescaling both by their share of the joint normaliser. Extra memory is
     the output plus one (..., block_q, block_k) tile: linear in T for fixed block sizes.
 
     mask: boolean (True = attend) or floating (added), broadcastable to (..., T, S), as in the
@@ -115,29 +171,17 @@ def tiled_attention(
     for q_start in range(0, T, block_q):
         q_stop = min(q_start + block_q, T)
         q_block = query[..., q_start:q_stop, :].to(work_dtype) * scale  # (..., bq, d)
-        running_max = q_block.new_full((*q_block.shape[:-1], 1), _NEG_INF)  # (..., bq, 1)
-        running_sum = q_block.new_zeros((*q_block.shape[:-1], 1))  # (..., bq, 1)
-        accumulator = q_block.new_zeros((*q_block.shape[:-1], value.size(-1)))  # (..., bq, d_v)
+        block_output = q_block.new_zeros((*q_block.shape[:-1], value.size(-1)))  # (..., bq, d_v)
+        block_lse = q_block.new_full((*q_block.shape[:-1], 1), _NEG_INF)  # (..., bq, 1)
         k_end = S if causal_offset is None else max(0, min(S, q_stop - 1 + causal_offset + 1))
         for k_start in range(0, k_end, block_k):
             k_stop = min(k_start + block_k, S)
             k_block = key[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d)
             v_block = value[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d_v)
-            scores = q_block @ k_block.transpose(-2, -1)  # (..., bq, bk)
             tile_mask = _block_mask(
                 mask, causal_offset, q_start, q_stop, k_start, k_stop, query.device
             )
-            if tile_mask is not None and tile_mask.dtype == torch.bool:
-                scores = scores.masked_fill(~tile_mask, _NEG_INF)
-            elif tile_mask is not None:
-                scores = scores + tile_mask.to(work_dtype)
-            new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
-            safe_max = torch.where(new_max == _NEG_INF, 0.0, new_max)  # (..., bq, 1)
-            rescale = torch.exp(running_max - safe_max)  # (..., bq, 1)
-            probabilities = torch.exp(scores - safe_max)  # (..., bq, bk), unnormalised
-            running_sum = running_sum * rescale + probabilities.sum(dim=-1, keepdim=True)
-            accumulator = accumulator * rescale + probabilities @ v_block  # (..., bq, d_v)
-            running_max = new_max
-        denominator = torch.where(running_sum > 0, running_sum, 1.0)  # (..., bq, 1)
-        output[..., q_start:q_stop, :] = (accumulator / denominator).to(value.dtype)
+            tile = attention_block(q_block, k_block, v_block, tile_mask, scale=1.0)  # out, lse
+            block_output, block_lse = merge_partials(block_output, block_lse, *tile)
+        output[..., q_start:q_stop, :] = block_output.to(value.dtype)
     return output

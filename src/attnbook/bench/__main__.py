@@ -1,8 +1,9 @@
 """``python -m attnbook.bench [--quick] [--threads N]``: every benchmark of the book, one run.
 
-Prints three tables: attention kernels (time and peak extra memory), attention modules (time),
-and KV-cache decoding against recomputation (from :mod:`attnbook.bench.decoding`), each with
-its target and a met / NOT met verdict, then the total wall-clock time.
+Prints four tables: attention kernels (time and peak extra memory), attention modules (time),
+KV-cache decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
+attention on P processes (from :mod:`attnbook.bench.ring`), each with its target and a
+met / NOT met verdict, then the total wall-clock time.
 """
 
 import argparse
@@ -11,7 +12,7 @@ import time
 
 import torch
 
-from attnbook.bench import attention, decoding
+from attnbook.bench import attention, decoding, ring
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     print(attention.format_modules(attention.module_benchmark(args.quick), args.quick), flush=True)
     print(flush=True)
     print(decoding.run(args.quick), flush=True)
+    print(flush=True)
+    print(ring.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

@@ -1,0 +1,212 @@
+"""Run a function on P processes joined in a ``torch.distributed`` group, and collect results.
+
+:func:`launch` starts P fresh Python processes, joins them in one process group that meets on a
+free port of 127.0.0.1, calls ``fn(*args, **kwargs)`` in each and returns the P results, rank 0
+first. The backend is gloo on the CPU, and nccl when CUDA is present with a device for every rank.
+
+Processes start by ``forkserver`` where the platform has it (Linux, macOS), else by ``spawn``.
+Both run the function in a clean process, never a copy of the caller (so it works the same from
+a script, a test and a notebook). The fork server imports torch and the library once, on the
+first launch, and forks each worker from that clean state, so later workers start in a fraction
+of a second instead of importing everything again; it exits with the calling process.
+
+Nothing may hang and nothing may be left behind: every collective has a timeout, the whole run a
+deadline, a rank that raises makes :func:`launch` raise :class:`WorkerError` in the caller with
+that rank's traceback, and every child is ended and joined on every way out.
+"""
+
+import datetime
+import io
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from attnbook._checks import check_int, check_positive
+
+COLLECTIVE_TIMEOUT_S = 60.0  # every send, receive and collective gives up after this
+DEADLINE_S = 300.0  # the whole launch gives up after this
+PRELOAD = ["attnbook.ring", "torch._dynamo"]  # imported once by the fork server
+_POLL_S = 0.05
+
+
+class WorkerError(RuntimeError):
+    """A rank raised (or died); the message holds the rank and its traceback as text."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def pick_backend(world_size: int) -> str:
+    """ "nccl" when CUDA has a device for each of ``world_size`` ranks, else "gloo"."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def rank_device() -> torch.device:
+    """The device this rank computes on: its own GPU under nccl, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _check_importable(fn: object) -> None:
+    """``fn`` must be a module-level function of an importable module, so that it pickles."""
+    if not callable(fn):
+        raise ValueError(f"fn: expected a function, got {type(fn).__name__}")
+    qualname = getattr(fn, "__qualname__", "")
+    module = getattr(fn, "__module__", None)
+    if "<lambda>" in qualname or "<locals>" in qualname or module in (None, "__main__"):
+        raise ValueError(
+            f"fn: expected a function defined at the top level of an importable module (e.g. "
+            f"attnbook.ring.ring_attention_demo), got {module}.{qualname}; lambdas, nested "
+            f"functions and functions defined in a notebook or script cannot be sent to a "
+            f"worker process"
+        )
+
+
+def _context():
+    """The forkserver context, preloaded with the library, where available; else spawn."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def _to_bytes(value: object) -> bytes:
+    """Serialise a result with torch.save, so tensors travel as bytes, not shared memory."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    threads: int,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    results: "mp.Queue",
+) -> None:
+    """One rank: join the group, run ``fn``, report ("ok", bytes) or ("error", traceback)."""
+    torch.set_num_threads(threads)
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        )
+        value = fn(*args, **kwargs)
+        results.put((rank, "ok", _to_bytes(value)))
+    except BaseException:  # any failure, even SystemExit, goes to the parent
+        results.put((rank, "error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _end(processes: list) -> None:
+    """Terminate, then kill, every child still alive, and join them all."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _collect(processes: list, results: "mp.Queue", deadline: float) -> list:
+    """Each rank's result, rank order; raise WorkerError at the first failure or death."""
+    world_size = len(processes)
+    collected: dict[int, object] = {}
+    while len(collected) < world_size:
+        if time.monotonic() > deadline:
+            missing = sorted(set(range(world_size)) - set(collected))
+            raise TimeoutError(f"launch: ranks {missing} did not finish before the deadline")
+        try:
+            rank, status, payload = results.get(timeout=_POLL_S)
+        except queue.Empty:
+            for rank, process in enumerate(processes):
+                if rank not in collected and process.exitcode is not None:
+                    time.sleep(_POLL_S)  # its last message may still be in the pipe
+                    if results.empty():
+                        raise WorkerError(
+                            f"rank {rank} exited with code {process.exitcode} and no result"
+                        ) from None
+            continue
+        if status == "error":
+            raise WorkerError(f"rank {rank} of {world_size} raised:\n{payload}")
+        collected[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+    return [collected[rank] for rank in range(world_size)]
+
+
+def launch(
+    fn: Callable,
+    world_size: int,
+    *args: object,
+    backend: str | None = None,
+    threads: int = 1,
+    deadline_s: float = DEADLINE_S,
+    **kwargs: object,
+) -> list:
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` processes; return their results by rank.
+
+    Each process joins a ``torch.distributed`` group (gloo, or nccl when every rank has a GPU;
+    ``backend`` overrides) as rank 0 .. world_size - 1, so ``fn`` can call
+    ``dist.get_rank()``, send, receive and all-gather; every such call times out after
+    ``COLLECTIVE_TIMEOUT_S`` seconds. ``threads``: PyTorch CPU threads per process.
+
+    ``fn`` must be defined at the top level of an importable module (e.g. in ``attnbook``), not
+    in a notebook, a script's ``__main__`` or a lambda: a worker process imports it by name.
+    Arguments and results are pickled (tensors included); results travel as bytes.
+
+    Raises :class:`WorkerError` with the rank's traceback if any rank raises or dies, and
+    ``TimeoutError`` after ``deadline_s`` seconds; in every case all children are ended and
+    joined before :func:`launch` returns or raises.
+    """
+    _check_importable(fn)
+    check_int("world_size", world_size)
+    check_int("threads", threads)
+    check_positive("deadline_s", deadline_s)
+    backend = pick_backend(world_size) if backend is None else backend
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend: expected 'gloo' or 'nccl', got {backend!r}")
+    context = _context()
+    results = context.Queue()
+    port = free_port()
+    processes = []
+    deadline = time.monotonic() + deadline_s
+    try:
+        for rank in range(world_size):
+            worker_args = (rank, world_size, port, backend, threads, fn, args, kwargs, results)
+            process = context.Process(target=_worker, args=worker_args, daemon=True)
+            process.start()
+            processes.append(process)
+        return _collect(processes, results, deadline)
+    finally:
+        _end(processes)
+        results.close()
+        results.join_thread()
+
+
+__all__ = ["COLLECTIVE_TIMEOUT_S", "WorkerError", "launch", "pick_backend", "rank_device"]

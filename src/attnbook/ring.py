@@ -1,0 +1,402 @@
+"""Attention over a sequence split across processes: all-gather, and ring attention.
+
+Each of P ranks holds a shard of the sequence: the same positions of the queries, keys and
+values (:func:`shard_sequence`). Two layouts: ``"contiguous"`` gives rank r the r-th of P equal
+chunks; ``"zigzag"`` cuts the sequence into 2P chunks and gives rank r chunks r and 2P - 1 - r,
+one from each end, so that under a causal mask every rank has the same work.
+
+:func:`all_gather_attention` gathers every key/value shard and attends locally: simple, but
+each rank holds all S keys. :func:`ring_attention` (Liu et al., 2023) keeps the rank's query
+shard and passes key/value shards around a ring of ranks, P - 1 point-to-point hops, folding
+each block into the output with the online-softmax merge of :mod:`attnbook.efficient`; a rank
+never holds more than two key/value shards.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from attnbook._checks import check_attention_inputs, check_choice, check_int, shape_of
+from attnbook.attention import scaled_dot_product_attention
+from attnbook.efficient import attention_block, merge_partials
+from attnbook.launcher import rank_device
+from attnbook.memory import TensorMemoryMeter
+
+LAYOUTS = ("contiguous", "zigzag")
+METHODS = ("all_gather", "ring")
+_NEG_INF = float("-inf")
+
+
+def chunk_ranges(
+    length: int, world_size: int, layout: str = "contiguous", name: str = "length"
+) -> list[list[tuple[int, int]]]:
+    """The (start, stop) position ranges each rank holds, one list per rank, in shard order.
+
+    contiguous: rank r holds [r n, (r + 1) n) with n = length / P. zigzag: n = length / (2P),
+    rank r holds chunks r and 2P - 1 - r. ``name`` is the argument named in the error when
+    ``length`` does not split that way.
+    """
+    check_choice("layout", layout, LAYOUTS)
+    check_int("world_size", world_size)
+    n_chunks = world_size if layout == "contiguous" else 2 * world_size
+    if length % n_chunks:
+        raise ValueError(
+            f"{name}: the {layout} layout over {world_size} ranks cuts the sequence into "
+            f"{n_chunks} equal chunks, so the length must be divisible by {n_chunks}, got {length}"
+        )
+    n = length // n_chunks
+    if layout == "contiguous":
+        return [[(r * n, (r + 1) * n)] for r in range(world_size)]
+    last = 2 * world_size - 1
+    return [[(r * n, (r + 1) * n), ((last - r) * n, (last - r + 1) * n)] for r in range(world_size)]
+
+
+def shard_positions(length: int, rank: int, world_size: int, layout: str = "contiguous") -> Tensor:
+    """The global positions (length / P,) that ``rank`` holds, in shard order."""
+    check_int("rank", rank, low=0, high=world_size - 1)
+    ranges = chunk_ranges(length, world_size, layout)[rank]
+    return torch.cat([torch.arange(start, stop) for start, stop in ranges])  # (length / P,)
+
+
+def shard_sequence(
+    x: Tensor, rank: int, world_size: int, layout: str = "contiguous", name: str = "x"
+) -> Tensor:
+    """Rank ``rank``'s shard of ``x`` (..., L, d): (..., L / P, d), its chunks concatenated."""
+    if not isinstance(x, Tensor) or x.dim() < 2:
+        raise ValueError(f"{name}: expected a tensor of shape (..., L, d) with at least 2 dims")
+    check_int("rank", rank, low=0, high=world_size - 1)
+    ranges = chunk_ranges(x.size(-2), world_size, layout, name=f"{name}.shape[-2]")[rank]
+    return torch.cat([x[..., start:stop, :] for start, stop in ranges], dim=-2)  # (..., L/P, d)
+
+
+def unshard_sequence(shards: list[Tensor], layout: str = "contiguous") -> Tensor:
+    """Inverse of :func:`shard_sequence`: P shards (..., L / P, d), rank order -> (..., L, d)."""
+    check_choice("layout", layout, LAYOUTS)
+    if not shards or any(s.shape != shards[0].shape for s in shards):
+        shapes = [shape_of(s) for s in shards]
+        raise ValueError(f"shards: expected P >= 1 shards of one shape, got shapes {shapes}")
+    if layout == "contiguous":
+        return torch.cat(shards, dim=-2)  # (..., L, d)
+    if shards[0].size(-2) % 2:
+        raise ValueError(
+            f"shards: a zigzag shard holds two equal chunks, so its length must be even, got "
+            f"shape {shape_of(shards[0])}"
+        )
+    halves = [s.chunk(2, dim=-2) for s in shards]  # P x 2 x (..., L / 2P, d)
+    ordered = [first for first, _ in halves] + [second for _, second in reversed(halves)]
+    return torch.cat(ordered, dim=-2)  # (..., L, d)
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """What one rank did at one step of the ring.
+
+    ``source``: the rank whose key/value shard it attended to; ``pairs``: the (query chunk,
+    key chunk) global chunk indices it computed (chunks of L / P positions, or L / 2P for
+    zigzag); ``score_entries``: query-key scores computed per (batch, head); ``bytes_sent``:
+    bytes of key and value it sent to the next rank during the step.
+    """
+
+    step: int
+    source: int
+    pairs: tuple[tuple[int, int], ...]
+    score_entries: int
+    bytes_sent: int
+
+
+def _group_rank_and_size(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    if not dist.is_initialized():
+        raise ValueError("group: torch.distributed is not initialised (see attnbook.launcher)")
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("group: this process is not a member of the group it was given")
+    return rank, dist.get_world_size(group)
+
+
+def _check_lengths(
+    lengths: tuple[int, int] | None, query: Tensor, key: Tensor, world_size: int
+) -> None:
+    """The full lengths (T, S), when given, are the group's size times the shard lengths."""
+    if lengths is None:
+        return
+    shards = (query.size(-2), key.size(-2))
+    if tuple(lengths) != (world_size * shards[0], world_size * shards[1]):
+        raise ValueError(
+            f"group: its {world_size} ranks hold shards of (T/P, S/P) = {shards} positions, "
+            f"{world_size * shards[0]} queries and {world_size * shards[1]} keys in all, but "
+            f"lengths = {tuple(lengths)}; were the shards cut for another number of ranks?"
+        )
+
+
+def _check_shards(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    layout: str,
+    group: dist.ProcessGroup | None,
+    lengths: tuple[int, int] | None,
+) -> tuple[int, int]:
+    """Local checks, then an all-gather of the shapes: every rank must hold alike shards.
+
+    Every rank sees the same gathered shapes, so every rank raises the same error (none waits
+    for a partner that gave up). Returns (rank, world size).
+    """
+    check_attention_inputs(query, key, value, None, False)
+    check_choice("layout", layout, LAYOUTS)
+    rank, world_size = _group_rank_and_size(group)
+    rank_count = query.dim() + key.dim() + value.dim()
+    mine = torch.tensor(
+        [query.dim(), *query.shape, key.dim(), *key.shape, value.dim(), *value.shape],
+        device=rank_device(),
+    )  # (rank_count + 3,)
+    sizes = [torch.zeros(1, dtype=torch.long, device=mine.device) for _ in range(world_size)]
+    dist.all_gather(sizes, torch.tensor([rank_count], device=mine.device), group=group)
+    if any(int(s) != rank_count for s in sizes):
+        raise ValueError("query: the ranks' shards have different numbers of dims")
+    everyone = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(everyone, mine, group=group)
+    for other, theirs in enumerate(everyone):
+        if not torch.equal(theirs, everyone[0]):
+            raise ValueError(
+                f"query: every rank must hold shards of the same shapes (query, key, value); "
+                f"rank 0 has {everyone[0].tolist()}, rank {other} has {theirs.tolist()} "
+                f"(dims, then sizes, for each)"
+            )
+    if layout == "zigzag":
+        for name, tensor in (("query", query), ("key", key)):
+            if tensor.size(-2) % 2:
+                raise ValueError(
+                    f"{name}: a zigzag shard holds two equal chunks, so its length must be "
+                    f"even, got {name}.shape = {shape_of(tensor)}"
+                )
+    _check_lengths(lengths, query, key, world_size)
+    return rank, world_size
+
+
+def _causal_tile_mask(
+    q_range: tuple[int, int], k_range: tuple[int, int], device: torch.device
+) -> Tensor | None | bool:
+    """False when no query of the tile may see a key of it, None when all may, else the mask.
+
+    Top-left causal, as PyTorch's ``is_causal``: the query at position i sees keys 0 .. i.
+    """
+    (q_start, q_stop), (k_start, k_stop) = q_range, k_range
+    if k_start > q_stop - 1:
+        return False
+    if k_stop - 1 <= q_start:
+        return None
+    query_pos = torch.arange(q_start, q_stop, device=device)[:, None]  # (bq, 1)
+    key_pos = torch.arange(k_start, k_stop, device=device)[None, :]  # (1, bk)
+    return key_pos <= query_pos  # (bq, bk)
+
+
+def _fold_block(
+    state: list[tuple[Tensor, Tensor]],
+    query_chunks: list[Tensor],
+    q_ranges: list[tuple[int, int]],
+    key: Tensor,
+    value: Tensor,
+    k_ranges: list[tuple[int, int]],
+    is_causal: bool,
+    scale: float,
+) -> list[tuple[int, int]]:
+    """Merge one key/value shard into each query chunk's (output, lse); return the tile pairs.
+
+    A pair is (query chunk number, key chunk number) within the rank's shard / the source's.
+    """
+    pairs = []
+    k_len = key.size(-2) // len(k_ranges)
+    for i, (q_chunk, q_range) in enumerate(zip(query_chunks, q_ranges, strict=True)):
+        for j, k_range in enumerate(k_ranges):
+            mask = _causal_tile_mask(q_range, k_range, key.device) if is_causal else None
+            if mask is False:
+                continue  # every score of the tile is masked: skip it
+            k_chunk = key[..., j * k_len : (j + 1) * k_len, :]  # (..., S/P or S/2P, d)
+            v_chunk = value[..., j * k_len : (j + 1) * k_len, :]  # (..., S/P or S/2P, d_v)
+            partial = attention_block(q_chunk, k_chunk, v_chunk, mask, scale=scale)
+            state[i] = merge_partials(*state[i], *partial)  # (..., T/P, d_v), (..., T/P, 1)
+            pairs.append((i, j))
+    return pairs
+
+
+def _start_exchange(
+    key: Tensor, value: Tensor, rank: int, world_size: int, group: dist.ProcessGroup | None
+) -> tuple[list, Tensor, Tensor]:
+    """Send key and value to the next rank, receive the previous rank's: non-blocking."""
+    world = group if group is not None else dist.group.WORLD
+    next_rank = dist.get_global_rank(world, (rank + 1) % world_size)
+    previous_rank = dist.get_global_rank(world, (rank - 1) % world_size)
+    key_in, value_in = torch.empty_like(key), torch.empty_like(value)  # the incoming shard
+    operations = [
+        dist.P2POp(dist.isend, key, next_rank, group),
+        dist.P2POp(dist.isend, value, next_rank, group),
+        dist.P2POp(dist.irecv, key_in, previous_rank, group),
+        dist.P2POp(dist.irecv, value_in, previous_rank, group),
+    ]
+    return dist.batch_isend_irecv(operations), key_in, value_in
+
+
+def _ring_step(
+    step: int,
+    source: int,
+    pairs: list[tuple[int, int]],
+    q_ranges: list[tuple[int, int]],
+    k_ranges: list[tuple[int, int]],
+    bytes_sent: int,
+) -> RingStep:
+    """The :class:`RingStep` of a step: local chunk pairs turned into global chunk numbers."""
+    q_len, k_len = q_ranges[0][1] - q_ranges[0][0], k_ranges[0][1] - k_ranges[0][0]
+    global_pairs = tuple((q_ranges[i][0] // q_len, k_ranges[j][0] // k_len) for i, j in pairs)
+    return RingStep(step, source, global_pairs, len(pairs) * q_len * k_len, bytes_sent)
+
+
+def ring_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    layout: str = "contiguous",
+    group: dist.ProcessGroup | None = None,
+    scale: float | None = None,
+    lengths: tuple[int, int] | None = None,
+    record: list[RingStep] | None = None,
+) -> Tensor:
+    """Exact attention for this rank's query shard over the keys of every rank, by a ring.
+
+    query (..., T/P, d), key (..., S/P, d), value (..., S/P, d_v): this rank's shards in the
+    given ``layout`` (:func:`shard_sequence`), alike on every rank of ``group`` (default: all).
+    Returns this rank's shard of softmax(q k^T * scale) v over the full sequence, (..., T/P,
+    d_v). ``is_causal``: top-left causal over global positions, as PyTorch's ``is_causal``;
+    tiles that are fully masked are skipped.
+
+    At step s = 0 .. P - 1 the rank holds the key/value shard of rank (rank - s) mod P. It
+    starts sending that shard to rank + 1 and receiving the next one from rank - 1, computes
+    the partial attention of its query chunks over the shard's key chunks and merges it in
+    (:func:`attnbook.efficient.merge_partials`), then waits for the transfer. Float16 and
+    bfloat16 are computed in float32. ``lengths``: the full (T, S), if known, checked against
+    the group's size. ``record``: a list that gets one :class:`RingStep` per step.
+
+    Raises ValueError (on every rank alike) if the shards differ across ranks, a zigzag shard
+    has an odd length, or ``lengths`` does not match P times the shard lengths.
+    """
+    rank, world_size = _check_shards(query, key, value, layout, group, lengths)
+    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    T, S = query.size(-2) * world_size, key.size(-2) * world_size
+    work_dtype = torch.promote_types(query.dtype, torch.float32)
+    q_ranges = chunk_ranges(T, world_size, layout, name="query")[rank]
+    query_chunks = query.to(work_dtype).chunk(len(q_ranges), dim=-2)  # chunks (..., T/P or T/2P, d)
+    batch_shape = torch.broadcast_shapes(query.shape[:-2], value.shape[:-2])
+    chunk_len = query_chunks[0].size(-2)
+    empty = query_chunks[0].new_zeros((*batch_shape, chunk_len, value.size(-1)))  # (..., Tc, d_v)
+    no_keys = empty.new_full((*batch_shape, chunk_len, 1), _NEG_INF)  # (..., Tc, 1)
+    state = [(empty, no_keys)] * len(q_ranges)  # per query chunk: partial output and lse
+    current_key, current_value = key.contiguous(), value.contiguous()  # (..., S/P, d or d_v)
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        exchange = None
+        if step < world_size - 1:
+            exchange, key_in, value_in = _start_exchange(
+                current_key, current_value, rank, world_size, group
+            )
+        k_ranges = chunk_ranges(S, world_size, layout, name="key")[source]
+        key_block, value_block = current_key.to(work_dtype), current_value.to(work_dtype)
+        pairs = _fold_block(
+            state, query_chunks, q_ranges, key_block, value_block, k_ranges, is_causal, scale
+        )
+        if record is not None:
+            sent = 0 if exchange is None else current_key.nbytes + current_value.nbytes
+            record.append(_ring_step(step, source, pairs, q_ranges, k_ranges, sent))
+        if exchange is not None:
+            for work in exchange:
+                work.wait()
+            current_key, current_value = key_in, value_in
+    output = torch.cat([out for out, _ in state], dim=-2)  # (..., T/P, d_v)
+    return output.to(value.dtype)
+
+
+def all_gather_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    layout: str = "contiguous",
+    group: dist.ProcessGroup | None = None,
+    scale: float | None = None,
+    lengths: tuple[int, int] | None = None,
+) -> Tensor:
+    """The simple version: gather every rank's key/value shard, then attend locally.
+
+    Same shards, result and mask convention as :func:`ring_attention`: query (..., T/P, d),
+    key (..., S/P, d), value (..., S/P, d_v) -> (..., T/P, d_v). Each rank holds the full key
+    and value, (..., S, d) and (..., S, d_v), and its (..., T/P, S) scores: memory per rank
+    still grows with S. ``lengths`` and errors as in :func:`ring_attention`. Uses the explicit
+    :func:`attnbook.scaled_dot_product_attention`.
+    """
+    rank, world_size = _check_shards(query, key, value, layout, group, lengths)
+    keys = [torch.empty_like(key) for _ in range(world_size)]  # P x (..., S/P, d)
+    values = [torch.empty_like(value) for _ in range(world_size)]  # P x (..., S/P, d_v)
+    dist.all_gather(keys, key.contiguous(), group=group)
+    dist.all_gather(values, value.contiguous(), group=group)
+    full_key = unshard_sequence(keys, layout)  # (..., S, d)
+    full_value = unshard_sequence(values, layout)  # (..., S, d_v)
+    mask = None
+    if is_causal:
+        T, S = query.size(-2) * world_size, key.size(-2) * world_size
+        query_pos = shard_positions(T, rank, world_size, layout).to(query.device)  # (T/P,)
+        key_pos = torch.arange(S, device=query.device)  # (S,)
+        mask = key_pos[None, :] <= query_pos[:, None]  # (T/P, S)
+    output, _ = scaled_dot_product_attention(query, full_key, full_value, mask, scale=scale)
+    return output  # (..., T/P, d_v)
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's run of one case: its output shard, peak extra bytes, seconds and steps."""
+
+    output: Tensor
+    peak_bytes: int
+    seconds: float
+    steps: tuple[RingStep, ...]
+
+
+def run_cases(
+    query: Tensor, key: Tensor, value: Tensor, cases: list[tuple[str, bool, str]]
+) -> list[RankResult]:
+    """Worker for :func:`attnbook.launcher.launch`: shard the full inputs, run every case.
+
+    query (..., T, d), key (..., S, d), value (..., S, d_v): the full tensors, the same on
+    every rank. Each case is (method, is_causal, layout) with method "ring" or "all_gather".
+    Each runs under a :class:`attnbook.TensorMemoryMeter` (peak bytes of the tensors it
+    creates, its shards excluded); returns one :class:`RankResult` per case, output on the CPU.
+    """
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    lengths = (query.size(-2), key.size(-2))
+    results = []
+    for method, is_causal, layout in cases:
+        check_choice("method", method, METHODS)
+        shards = [
+            shard_sequence(tensor, rank, world_size, layout, name).to(rank_device())
+            for tensor, name in ((query, "query"), (key, "key"), (value, "value"))
+        ]  # (..., T/P, d), (..., S/P, d), (..., S/P, d_v)
+        steps: list[RingStep] = []
+        start = time.perf_counter()
+        with TensorMemoryMeter() as meter:
+            options = {"is_causal": is_causal, "layout": layout, "lengths": lengths}
+            if method == "ring":
+                output = ring_attention(*shards, **options, record=steps)
+            else:
+                output = all_gather_attention(*shards, **options)
+        seconds = time.perf_counter() - start
+        results.append(RankResult(output.cpu(), meter.peak_bytes, seconds, tuple(steps)))
+    return results
+
+
+def gather_outputs(per_rank: list[list[RankResult]], case: int, layout: str) -> Tensor:
+    """The full output (..., T, d_v) of case number ``case`` from every rank's results."""
+    return unshard_sequence([results[case].output for results in per_rank], layout)
