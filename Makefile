@@ -11,7 +11,7 @@ BUILD_BOOK := $(BIN)/jupyter-book build . --nitpick --warningiserror --keep-goin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: book test notebooks lab venv clean chromium browser-test bench
+.PHONY: book test notebooks lab venv clean chromium browser-test bench lab-test
 
 ## venv: create .venv and install requirements.txt (redone when it or pyproject.toml changes)
 venv: $(INSTALLED)
@@ -64,6 +64,14 @@ test: $(INSTALLED) chromium
 ## browser-test: only the browser test, on the book already built in _build/html
 browser-test: $(INSTALLED) chromium
 	$(BIN)/python -m pytest -p no:cacheprovider tests/test_browser.py -rs
+
+## lab-test: the attention explorer inside JupyterLab 4 (scripts/lab_test.py): a headless
+## `jupyter lab` on a free port with a token, Chromium checks that an untrusted notebook shows the
+## explorer's sentence and that a trusted one, and one run in a kernel, show the working explorer.
+## Separate from `make test`: it starts a Jupyter server and a kernel (about 40 s), and it checks
+## JupyterLab's handling of outputs, not the book; run it after changing the explorer.
+lab-test: $(INSTALLED) chromium
+	$(BIN)/python scripts/lab_test.py
 
 ## bench: time and memory of the attention code, with the targets' verdicts (2-3 min on 2 cores)
 bench: $(INSTALLED)

@@ -16,7 +16,9 @@ build.
 
 import functools
 import http.server
+import math
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -218,3 +220,131 @@ def test_sidebar_link_opens_the_next_chapter(server, offline_page):
     page.wait_for_load_state("load")
     assert _same_page(page.url) == target, f"clicking the sidebar link went to {page.url}"
     assert not blocked and not errors, (blocked, errors)
+
+
+def explorer_pages() -> list[str]:
+    """The pages of the built book that carry an attention explorer (attnbook.explore)."""
+    return [p for p in PAGES if (HTML / p).exists() and 'class="attnx"' in (HTML / p).read_text()]
+
+
+EXPLORER_PAGES = explorer_pages()
+# Pages that print a weight the explorer also shows: (query row, key column, printed text).
+PRINTED_WEIGHTS = {"book/00_conventions.html": (2, 1, r"weight of 'sat' on 'cat': ([0-9.]+)")}
+
+EXPLORER_FACTS = """root => {
+    const data = JSON.parse(root.querySelector("script.attnx-data").textContent);
+    const fallback = root.querySelector(".attnx-fallback");
+    return {data, ready: root.dataset.attnxReady, fallbackShown: fallback.offsetParent !== null,
+            cells: root.querySelectorAll(".attnx-cell").length,
+            thumbs: root.querySelectorAll(".attnx-thumb").length};
+}"""
+MATRIX = """root => [...root.querySelectorAll(".attnx-cell")].map(cell => cell.dataset.weight)"""
+
+
+def _expected_weight(data: dict, layer: int, head: int, q: int, k: int) -> str:
+    """The weight the page embeds for one cell, written to 3 decimals as the page writes it."""
+    index = ((layer * data["heads"] + head) * data["queries"] + q) * data["keys"] + k
+    return f"{data['weights'][index] / 10 ** data['decimals']:.3f}"
+
+
+def _expected_colour(data: dict, weight: int) -> str:
+    """The CSS colour of a cell: the colormap's stop for weight / largest weight, as rgb()."""
+    top, stops = max(max(data["weights"]), 1), len(data["colours"])
+    stop = math.floor(weight / top * (stops - 1) + 0.5)  # JavaScript's Math.round
+    hex_colour = data["colours"][min(stops - 1, stop)]
+    red, green, blue = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def _head_matrix(data: dict, layer: int, head: int) -> list[str]:
+    return [
+        _expected_weight(data, layer, head, q, k)
+        for q in range(data["queries"])
+        for k in range(data["keys"])
+    ]
+
+
+def test_the_book_has_explorers():
+    assert EXPLORER_PAGES, f"no page of {HTML} has an attention explorer"
+
+
+@pytest.mark.parametrize("page_path", EXPLORER_PAGES)
+def test_explorer_works_offline(server, offline_page, page_path):
+    page, blocked, errors = offline_page
+    page.goto(server + page_path, wait_until="load")
+    roots = page.locator("div.attnx")
+    assert roots.count() > 0, f"{page_path}: no explorer"
+    for n in range(roots.count()):
+        root = roots.nth(n)
+        root.scroll_into_view_if_needed()
+        where = f"{page_path}, explorer {n}"
+        facts = root.evaluate(EXPLORER_FACTS)
+        data = facts["data"]
+        queries, keys = data["queries"], data["keys"]
+        assert facts["ready"] == "true", f"{where}: the script did not start"
+        assert not facts["fallbackShown"], f"{where}: the no-script sentence is still shown"
+        assert facts["cells"] == queries * keys
+        n_heads = data["layers"] * data["heads"]
+        assert facts["thumbs"] == (n_heads if n_heads > 1 else 0), f"{where}: thumbnails"
+
+        # Hovering a cell shows its query, key and the embedded weight to 3 decimals.
+        readout = root.locator(".attnx-readout")
+        for q, k in [(queries - 1, keys // 2), (queries // 2, 0)]:
+            root.locator(f'.attnx-cell[data-q="{q}"][data-k="{k}"]').hover()
+            expected = _expected_weight(data, 0, 0, q, k)
+            assert readout.locator(".attnx-rw").inner_text() == expected, f"{where}: ({q}, {k})"
+            assert readout.locator(".attnx-rq").inner_text() == data["queryTokens"][q]
+            assert readout.locator(".attnx-rk").inner_text() == data["keyTokens"][k]
+        assert root.evaluate(MATRIX) == _head_matrix(data, 0, 0), f"{where}: wrong matrix"
+        colour = root.locator('.attnx-cell[data-q="0"][data-k="0"]').evaluate(
+            "cell => getComputedStyle(cell).backgroundColor"
+        )
+        assert colour == _expected_colour(data, data["weights"][0]), f"{where}: colour scale"
+        if page_path in PRINTED_WEIGHTS and n == 0:
+            q, k, pattern = PRINTED_WEIGHTS[page_path]
+            printed = re.search(pattern, page.locator("main").inner_text())
+            assert printed, f"{page_path}: the printed weight {pattern!r} is not on the page"
+            root.locator(f'.attnx-cell[data-q="{q}"][data-k="{k}"]').hover()
+            shown = readout.locator(".attnx-rw").inner_text()
+            assert shown == printed.group(1), f"{where}: shows {shown}, prints {printed.group(1)}"
+
+        # Hovering a query token in the token view leaves only that query's lines.
+        root.locator(f'.attnx-tq[data-q="{queries - 1}"]').hover()
+        shown_groups = root.locator(".attnx-links g").evaluate_all(
+            "groups => groups.filter(g => g.style.display !== 'none').map(g => g.dataset.q)"
+        )
+        assert shown_groups == [str(queries - 1)], f"{where}: token view shows {shown_groups}"
+
+        # Clicking another head's thumbnail changes the matrix to that head's weights.
+        if facts["thumbs"] > 1:
+            before = root.evaluate(MATRIX)
+            thumb = root.locator(".attnx-thumb").nth(1)
+            layer, head = (int(thumb.get_attribute(a)) for a in ("data-layer", "data-head"))
+            thumb.click()
+            assert thumb.get_attribute("aria-pressed") == "true"
+            assert root.get_attribute("data-head") == str(head)
+            after = root.evaluate(MATRIX)
+            assert after == _head_matrix(data, layer, head), f"{where}: not head {head}'s weights"
+            assert after != before, f"{where}: clicking head {head} left the matrix as it was"
+
+        # Keyboard: Tab into the heatmap (visible focus), arrow keys move the selected cell.
+        root.locator(".attnx-readout").click()
+        page.keyboard.press("Tab")
+        heatmap = root.locator(".attnx-heatmap")
+        assert heatmap.evaluate("node => node === document.activeElement"), f"{where}: no Tab in"
+        assert heatmap.get_attribute("aria-label"), f"{where}: heatmap has no aria-label"
+        outline = heatmap.evaluate("node => getComputedStyle(node).outlineStyle")
+        assert outline != "none", f"{where}: no visible focus on the heatmap"
+        assert (root.get_attribute("data-query"), root.get_attribute("data-key")) == ("0", "0")
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("ArrowRight")
+        assert (root.get_attribute("data-query"), root.get_attribute("data-key")) == ("1", "1")
+        assert readout.locator(".attnx-rq").inner_text() == data["queryTokens"][1]
+        page.keyboard.press("ArrowUp")
+        assert root.get_attribute("data-query") == "0", f"{where}: ArrowUp did not move up"
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.mouse.move(0, 0)
+    roots.first.screenshot(path=SCREENSHOTS / f"explorer_{Path(page_path).stem}.png")
+    assert not blocked, f"{page_path}: the explorer asked for something off this machine: {blocked}"
+    assert not errors, f"{page_path}: console errors {errors}"
