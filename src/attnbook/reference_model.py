@@ -1,0 +1,82 @@
+"""The book's trained reference model: a character-level TinyDecoder on Genesis, shipped in data/.
+
+``scripts/train_reference_model.py`` trains it (seeded, on the CPU) and writes two files into
+``data/``: ``reference_model.pt``, the weights (a state dict, read with ``weights_only=True``),
+and ``reference_model.json``, the manifest: configuration, vocabulary, seed, steps, optimiser
+settings, the validation loss at the end, the validation-loss curve, the sha256 of the weights
+and the torch version. :func:`load_reference_model` rebuilds the model from the manifest and
+refuses weights whose hash or shapes do not match it, saying what to run.
+"""
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+
+import torch
+
+from attnbook.decoder import TinyDecoder
+from attnbook.device import get_device
+from attnbook.text import CharVocabulary
+
+WEIGHTS = "reference_model.pt"
+MANIFEST = "reference_model.json"
+RETRAIN = "python scripts/train_reference_model.py"
+
+
+@dataclass
+class ReferenceModel:
+    """The loaded model (in eval mode), its vocabulary and the manifest it was checked against."""
+
+    model: TinyDecoder
+    vocabulary: CharVocabulary
+    manifest: dict
+
+
+def sha256_of(data: bytes) -> str:
+    """The hex sha256 of ``data``: how the manifest names the weights it belongs to."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_shipped(name: str) -> bytes:
+    path = files("attnbook.data") / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: regenerate the reference model with `{RETRAIN}`"
+        )
+    return path.read_bytes()
+
+
+def build_reference_decoder(config: dict) -> TinyDecoder:
+    """An untrained TinyDecoder of the manifest's ``config`` (TinyDecoder's keyword arguments)."""
+    config = dict(config)
+    return TinyDecoder(config.pop("vocab_size"), **config)
+
+
+def load_reference_model(device: torch.device | str | None = None) -> ReferenceModel:
+    """The reference model on ``device`` (default :func:`attnbook.get_device`), in eval mode.
+
+    Raises ``FileNotFoundError`` when a shipped file is missing and ``ValueError`` when the
+    weights' sha256 or shapes differ from the manifest's; both name the script to re-run.
+    """
+    manifest = json.loads(_read_shipped(MANIFEST))
+    weights = _read_shipped(WEIGHTS)
+    digest = sha256_of(weights)
+    if digest != manifest["sha256"]:
+        raise ValueError(
+            f"data/{WEIGHTS}: sha256 {digest[:12]}... differs from the manifest's "
+            f"{manifest['sha256'][:12]}...: the weights were changed; re-run `{RETRAIN}`"
+        )
+    model = build_reference_decoder(manifest["config"])
+    state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise ValueError(
+            f"data/{WEIGHTS} does not fit the manifest's config {manifest['config']}: "
+            f"re-run `{RETRAIN}` ({error})"
+        ) from error
+    vocabulary = CharVocabulary(manifest["characters"])
+    device = get_device() if device is None else torch.device(device)
+    return ReferenceModel(model.to(device).eval(), vocabulary, manifest)
