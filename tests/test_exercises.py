@@ -350,6 +350,34 @@ def test_online_logsumexp(capsys):
     expect_message(check, max_from_zero, "start the running maximum at -inf, not 0")
 
 
+# Chapter 10
+
+
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    new_max = torch.maximum(lse_a, lse_b)
+    safe_max = torch.where(new_max == float("-inf"), 0.0, new_max)
+    weight_a, weight_b = torch.exp(lse_a - safe_max), torch.exp(lse_b - safe_max)
+    total = weight_a + weight_b
+    safe_total = torch.where(total > 0, total, 1.0)
+    lse = torch.where(total > 0, safe_max + torch.log(safe_total), float("-inf"))
+    return (out_a * weight_a + out_b * weight_b) / safe_total, lse
+
+
+def test_merge_partials(capsys):
+    check = exercises.check_merge_partials
+    expect_success(check, merge_partials, capsys)
+    average = lambda a, la, b, lb: ((a + b) / 2, torch.logaddexp(la, lb))  # noqa: E731
+    expect_message(check, average, "averaged the two outputs")
+
+    def unguarded(out_a, lse_a, out_b, lse_b):  # right, but NaN when both sides are empty
+        lse = torch.logaddexp(lse_a, lse_b)
+        return out_a * torch.exp(lse_a - lse) + out_b * torch.exp(lse_b - lse), lse
+
+    expect_message(check, unguarded, "must stay 0 (lse -inf), not NaN")
+    max_lse = lambda a, la, b, lb: merge_partials(a, la, b, lb)[:1] + (torch.maximum(la, lb),)  # noqa: E731
+    expect_message(check, max_lse, "the lse should be log(exp(lse_a) + exp(lse_b))")
+
+
 def rope(x, positions, base=10000.0, sign=1.0):
     dim = x.size(-1)
     frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
@@ -430,6 +458,73 @@ def test_cache_bytes_per_token(capsys):
     expect_message(check, one_layer, "every layer keeps its own cache: add them all up")
 
 
+# Chapter 7
+
+
+def alibi_slopes(n_heads):
+    power = 2 ** math.floor(math.log2(n_heads))
+    slopes = [2 ** (-8 * (h + 1) / power) for h in range(power)]
+    if power < n_heads:
+        slopes += alibi_slopes(2 * power)[0::2][: n_heads - power].tolist()
+    return torch.tensor(slopes)
+
+
+def test_alibi_slopes(capsys):
+    check = exercises.check_alibi_slopes
+    expect_success(check, alibi_slopes, capsys)
+    expect_success(check, lambda n: alibi_slopes(n).tolist(), capsys)  # a list is fine too
+    geometric = lambda n: [2 ** (-8 * (h + 1) / n) for h in range(n)]  # noqa: E731
+    expect_message(check, geometric, "is the rule for a power of two only")
+    from_one = lambda n: [2 ** (-8 * h / n) for h in range(n)]  # noqa: E731
+    expect_message(check, from_one, "the first slope is 2^(-8/n) (1/2 for 8 heads), not 1")
+    one_short = lambda n: alibi_slopes(n)[:-1]  # noqa: E731
+    expect_message(check, one_short, "alibi_slopes(8) should return one slope per head, 8, got 7")
+
+
+# Chapter 13
+
+
+def previous_share(weights):
+    return weights.diagonal(offset=-1).mean().item()
+
+
+def test_previous_share(capsys):
+    check = exercises.check_previous_share
+    expect_success(check, previous_share, capsys)
+    with_query_zero = lambda w: torch.cat([w.new_zeros(1), w.diagonal(-1)]).mean()  # noqa: E731
+    expect_message(check, with_query_zero, "query 0 has no previous character")
+    current = lambda w: w.diagonal().mean().item()  # noqa: E731
+    expect_message(check, current, "that is the weight on key i itself")
+
+
+def head_importance(model, inputs, targets):
+    n_layers, n_heads = len(model.blocks), model.blocks[0].attention.n_heads
+    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    for window, target in zip(inputs, targets, strict=True):
+        gates = torch.ones(n_layers, n_heads, dtype=torch.float64, requires_grad=True)
+        logits = model(window[None], head_mask=gates)
+        loss = torch.nn.functional.cross_entropy(logits[0], target)
+        total += torch.autograd.grad(loss, gates)[0].abs()
+    return total / len(inputs)
+
+
+def test_head_importance(capsys):
+    check = exercises.check_head_importance
+    expect_success(check, head_importance, capsys)
+
+    def batch_gradient(model, inputs, targets, absolute=True):
+        n_layers, n_heads = len(model.blocks), model.blocks[0].attention.n_heads
+        gates = torch.ones(n_layers, n_heads, dtype=torch.float64, requires_grad=True)
+        logits = model(inputs, head_mask=gates)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        gradient = torch.autograd.grad(loss, gates)[0]
+        return gradient.abs() if absolute else gradient
+
+    expect_message(check, batch_gradient, "so gradients of opposite signs do not cancel")
+    signed = lambda *args: batch_gradient(*args, absolute=False)  # noqa: E731
+    expect_message(check, signed, "the importance is an absolute value")
+
+
 # Every checker
 
 
@@ -443,8 +538,12 @@ SOLUTIONS = {
     "check_repeat_kv": repeat_kv,
     "check_preallocated_kv_cache": PreallocatedKVCache,
     "check_online_logsumexp": online_logsumexp,
+    "check_merge_partials": merge_partials,
     "check_rope": rope,
+    "check_alibi_slopes": alibi_slopes,
     "check_cache_bytes_per_token": cache_bytes_per_token,
+    "check_previous_share": previous_share,
+    "check_head_importance": head_importance,
 }
 CHECKERS = [name for name in exercises.__all__ if name.startswith("check_")]
 

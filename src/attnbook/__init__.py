@@ -9,10 +9,11 @@ from attnbook.attention import masked_softmax, scaled_dot_product_attention
 from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import online_softmax, tiled_attention
+from attnbook.explore import AttentionExplorer, explore
 from attnbook.gqa_conversion import mean_pool_kv_heads
 from attnbook.heads import gate_heads, merge_heads, repeat_kv, split_heads
 from attnbook.kv_cache import KVCache, kv_cache_bytes_per_token
-from attnbook.latent import LatentCache, MultiHeadLatentAttention, apply_rope
+from attnbook.latent import LatentCache, MultiHeadLatentAttention
 from attnbook.lm_training import (
     TrainingHistory,
     evaluate_loss,
@@ -23,6 +24,15 @@ from attnbook.masks import causal_mask, padding_mask
 from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads, use_book_style
+from attnbook.positions import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_angles,
+    rope_permutation,
+    sinusoidal_encoding,
+)
+from attnbook.reference_model import ReferenceModel, load_reference_model
 from attnbook.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore
 from attnbook.seq2seq import (
     AttentionDecoder,
@@ -48,6 +58,7 @@ __all__ = [
     "AdditiveAttention",
     "AdditiveScore",
     "AttentionDecoder",
+    "AttentionExplorer",
     "CharVocabulary",
     "DecoderBlock",
     "DotScore",
@@ -60,23 +71,28 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
     "PlainDecoder",
+    "ReferenceModel",
     "ScaledDotScore",
     "Seq2Seq",
     "ShapeTrace",
     "TensorMemoryMeter",
     "TinyDecoder",
     "TrainingHistory",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_rope",
     "causal_mask",
     "decode_ids",
     "encode_words",
     "evaluate_loss",
+    "explore",
     "gate_heads",
     "get_device",
     "greedy_decode",
     "greedy_generate",
     "kv_cache_bytes_per_token",
     "load_genesis",
+    "load_reference_model",
     "make_attention",
     "masked_softmax",
     "mean_pool_kv_heads",
@@ -90,11 +106,14 @@ __all__ = [
     "record",
     "repeat_kv",
     "reversal_batch",
+    "rope_angles",
+    "rope_permutation",
     "scaled_dot_product_attention",
     "sequence_loss",
     "sequential_batches",
     "set_seed",
     "shift_right",
+    "sinusoidal_encoding",
     "split_heads",
     "tiled_attention",
     "token_accuracy",

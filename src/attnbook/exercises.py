@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbook.decoder import TinyDecoder
+from attnbook.head_analysis import gradient_importance
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.seq2seq import Seq2Seq
@@ -412,6 +413,61 @@ def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
     _succeed("m + log(l) after the last block is the log-sum-exp of the whole row")
 
 
+# Chapter 10: merging two partial attention results.
+
+
+def _split_attention(seed: int) -> tuple[Tensor, ...]:
+    """Partial results of 3 queries over keys 0-4 and 5-9, and the full attention over 0-9."""
+    generator = _generator(seed)
+    query = torch.randn(2, 3, 4, generator=generator)  # (B, T, d)
+    key = torch.randn(2, 10, 4, generator=generator) * 2  # (B, S, d)
+    value = torch.randn(2, 10, 5, generator=generator)  # (B, S, d_v)
+    scores = query @ key.transpose(-2, -1)  # (B, T, S)
+    parts = []
+    for keys in (slice(0, 5), slice(5, 10)):
+        part_scores = scores[..., keys]  # (B, T, 5)
+        parts.append(torch.softmax(part_scores, dim=-1) @ value[..., keys, :])  # (B, T, d_v)
+        parts.append(torch.logsumexp(part_scores, dim=-1, keepdim=True))  # (B, T, 1)
+    full = torch.softmax(scores, dim=-1) @ value  # (B, T, d_v)
+    return (*parts, full, torch.logsumexp(scores, dim=-1, keepdim=True))
+
+
+@_checker
+def check_merge_partials(fn: Callable[[Tensor, Tensor, Tensor, Tensor], tuple]) -> None:
+    """``fn(out_a, lse_a, out_b, lse_b)`` -> (out, lse) of the attention over both key sets."""
+    out_a, lse_a, out_b, lse_b, full, full_lse = _split_attention(0)
+    call = "merge(out_a (2, 3, 5), lse_a (2, 3, 1), out_b, lse_b)"
+    result = _call(fn, call, out_a, lse_a, out_b, lse_b)
+    if not isinstance(result, tuple) or len(result) != 2:
+        _fail(f"{call} should return a pair (output, lse), got {type(result).__name__}")
+    output = _as_tensor(result[0], call, "an output tensor first")
+    lse = _as_tensor(result[1], call, "an lse tensor second")
+    if tuple(output.shape) != (2, 3, 5) or tuple(lse.shape) != (2, 3, 1):
+        _fail(
+            f"{call} should return shapes (2, 3, 5) and (2, 3, 1), got "
+            f"{tuple(output.shape)} and {tuple(lse.shape)}"
+        )
+    if _close(output, (out_a + out_b) / 2, atol=1e-5):
+        _fail(
+            f"{call} averaged the two outputs: weight each by its share of the joint "
+            f"normaliser, exp(lse_a - lse) and exp(lse_b - lse)"
+        )
+    if not _close(lse, full_lse, atol=1e-5):
+        _fail(f"{call}: the lse should be log(exp(lse_a) + exp(lse_b)), computed stably")
+    if not _close(output, full, atol=1e-5):
+        _fail(f"{call}: the output differs from the attention over all 10 keys")
+    empty = torch.full((1, 1, 1), float("-inf"))  # a row with no key on either side
+    zeros = torch.zeros(1, 1, 5)
+    call = "merge(zeros, -inf, zeros, -inf)"
+    output, lse = _call(fn, call, zeros, empty, zeros, empty)
+    if not torch.isfinite(output).all() or output.abs().sum() != 0:
+        _fail(
+            f"{call} gave {output.flatten().tolist()}: a row with no keys on either side must "
+            f"stay 0 (lse -inf), not NaN; replace a maximum of -inf by 0 before subtracting"
+        )
+    _succeed("each partial output is weighted by exp(its lse - the joint lse)")
+
+
 # Chapter 11: rotary position embedding.
 
 
@@ -440,6 +496,45 @@ def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
             f"position * 10000^(-2i / dim): (a, b) -> (a cos - b sin, a sin + b cos)"
         )
     _succeed("every feature pair is rotated by its position times its own frequency")
+
+
+# Chapter 7: ALiBi slopes for any number of heads.
+
+
+def _alibi_hint(n_heads: int, values: Tensor) -> str:
+    geometric = torch.tensor([2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_heads)])
+    if n_heads & (n_heads - 1) and _close(values, geometric, atol=1e-9):
+        return (
+            "2^(-8/n), 2^(-16/n), ... is the rule for a power of two only; for other n take "
+            "the slopes of the largest power of two n' below n, then every other slope of 2n' "
+            "heads (the 1st, 3rd, ...)"
+        )
+    if _close(values[:1], torch.ones(1), atol=1e-9):
+        return "the first slope is 2^(-8/n) (1/2 for 8 heads), not 1"
+    return "for n a power of two the slopes are 2^(-8/n), 2^(-16/n), ..., 2^(-8)"
+
+
+@_checker
+def check_alibi_slopes(fn: Callable[[int], Tensor]) -> None:
+    """``fn(n_heads)`` -> the ALiBi slope of every head (Press et al.), any number of heads."""
+    from attnbook.positions import alibi_slopes
+
+    for n_heads in (8, 4, 1, 16, 6, 12):
+        call = f"alibi_slopes({n_heads})"
+        result = _call(fn, call, n_heads)
+        try:
+            values = torch.as_tensor(result, dtype=torch.float64).flatten()  # (H,)
+        except (TypeError, ValueError, RuntimeError):
+            _fail(f"{call} should return {n_heads} numbers, got {type(result).__name__}")
+        if values.numel() != n_heads:
+            _fail(f"{call} should return one slope per head, {n_heads}, got {values.numel()}")
+        expected = alibi_slopes(n_heads)  # (H,)
+        if not _close(values, expected, atol=1e-9, rtol=1e-6):
+            _fail(
+                f"{call} returned {[round(v, 5) for v in values.tolist()]}, expected "
+                f"{[round(v, 5) for v in expected.tolist()]}: {_alibi_hint(n_heads, values)}"
+            )
+    _succeed("the slopes follow the paper for powers of two and for the heads in between")
 
 
 # Chapter 12: KV cache bytes per token of a TinyDecoder of any attention variant.
@@ -508,16 +603,79 @@ def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
     _succeed("your formula gives the bytes the caches hold, for every variant and dtype")
 
 
+# Chapter 13: what trained heads learn.
+
+
+@_checker
+def check_previous_share(fn: Callable[[Tensor], float]) -> None:
+    """``fn(weights (T, T))`` -> mean weight on key i - 1 over the queries i = 1 .. T - 1."""
+    generator = _generator(0)
+    scores = torch.randn(6, 6, generator=generator)  # (T, S)
+    weights = scores.masked_fill(~causal_mask(6), float("-inf")).softmax(dim=-1)  # (T, S)
+    expected = weights.diagonal(offset=-1).mean().item()
+    call = "previous_share(weights (6, 6))"
+    answer = _call(fn, call, weights.clone())
+    value = answer.item() if torch.is_tensor(answer) and answer.numel() == 1 else answer
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _fail(f"{call} should return one number, got {type(answer).__name__}")
+    if abs(value - expected) < 1e-6:
+        _succeed("the previous-character share averages weights[i, i - 1] over queries 1..T-1")
+        return
+    with_first = torch.cat([torch.zeros(1), weights.diagonal(offset=-1)]).mean().item()
+    if abs(value - with_first) < 1e-6:
+        _fail(f"{call}: query 0 has no previous character; average over queries 1 to T - 1")
+    if abs(value - weights.diagonal().mean().item()) < 1e-6:
+        _fail(f"{call}: that is the weight on key i itself; the previous character is key i - 1")
+    _fail(f"{call} returned {value:.4f}, expected {expected:.4f}: the mean of weights[i, i - 1]")
+
+
+def _gated_model() -> tuple[TinyDecoder, Tensor, Tensor]:
+    torch.manual_seed(0)
+    model = TinyDecoder(7, d_model=8, n_heads=2, n_layers=2, max_len=6).double().eval()
+    tokens = torch.randint(0, 7, (4, 7), generator=_generator(0))  # (B, T + 1)
+    return model, tokens[:, :-1], tokens[:, 1:]
+
+
+@_checker
+def check_head_importance(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> None:
+    """``fn(model, inputs (B, T), targets (B, T))`` -> (L, H): E_x |d loss(x) / d xi| at xi = 1."""
+    model, inputs, targets = _gated_model()
+    call = "head_importance(model, inputs (4, 6), targets (4, 6))"
+    result = _as_tensor(_call(fn, call, model, inputs, targets), call, "an (L, H) tensor")
+    if tuple(result.shape) != (2, 2):
+        _fail(f"{call} should return shape (L, H) = (2, 2), got {tuple(result.shape)}")
+    expected = gradient_importance(model, inputs, targets)  # (L, H)
+    if _close(result.detach(), expected, atol=1e-8):
+        _succeed("I_h averages |d loss / d xi_h| over windows, the absolute value taken first")
+        return
+    gates = torch.ones(2, 2, dtype=torch.float64, requires_grad=True)
+    logits = model(inputs, head_mask=gates)  # (B, T, V)
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    (batch_gradient,) = torch.autograd.grad(loss, gates)  # (L, H)
+    if _close(result.detach(), batch_gradient.abs(), atol=1e-8):
+        _fail(
+            f"{call}: that is |d (mean loss over the batch) / d xi|: take one window at a time "
+            f"and average the absolute values, so gradients of opposite signs do not cancel"
+        )
+    if _close(result.detach(), batch_gradient, atol=1e-8):
+        _fail(f"{call}: the importance is an absolute value, per window, then averaged")
+    _fail(f"{call} differs from E_x |d loss(x) / d xi| at xi = 1 (all gates 1)")
+
+
 __all__ = [
     "ExerciseError",
+    "check_alibi_slopes",
     "check_attention_parameter_count",
     "check_cache_bytes_per_token",
     "check_concat_scores",
+    "check_head_importance",
     "check_head_projection",
     "check_largest_length",
+    "check_merge_partials",
     "check_online_logsumexp",
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
+    "check_previous_share",
     "check_repeat_kv",
     "check_rope",
     "check_window_mask",
