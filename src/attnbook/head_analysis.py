@@ -99,10 +99,11 @@ def name_roles(statistics: dict[str, Tensor], threshold: float = ROLE_THRESHOLD)
     ]
 
 
-def _gates(model: nn.Module, dtype: torch.dtype, device: torch.device) -> Tensor:
-    n_layers = len(model.blocks)
-    n_heads = model.blocks[0].attention.n_heads
-    return torch.ones(n_layers, n_heads, dtype=dtype, device=device)  # (L, H)
+def _gates(model: nn.Module) -> Tensor:
+    """All-ones gates (L, H) in the model's dtype and on its device: every head kept."""
+    parameter = next(model.parameters())
+    shape = (len(model.blocks), model.blocks[0].attention.n_heads)
+    return torch.ones(shape, dtype=parameter.dtype, device=parameter.device)  # (L, H)
 
 
 def _loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> Tensor:
@@ -119,8 +120,7 @@ def masked_loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor
 @torch.no_grad()
 def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
-    parameter = next(model.parameters())
-    gates = _gates(model, parameter.dtype, parameter.device)  # (L, H)
+    gates = _gates(model)  # (L, H)
     base = masked_loss(model, inputs, targets, gates)
     increase = torch.zeros_like(gates)
     for layer, head in torch.cartesian_prod(*(torch.arange(n) for n in gates.shape)).tolist():
@@ -136,10 +136,9 @@ def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Te
     One backward pass per window (B of them): the absolute value is taken per window, before
     the mean, as in the paper.
     """
-    parameter = next(model.parameters())
-    total = _gates(model, parameter.dtype, parameter.device).zero_()  # (L, H)
+    total = _gates(model).zero_()  # (L, H)
     for window, target in zip(inputs, targets, strict=True):
-        gates = _gates(model, parameter.dtype, parameter.device).requires_grad_()
+        gates = _gates(model).requires_grad_()
         loss = _loss(model, window[None], target[None], gates)
         (gradient,) = torch.autograd.grad(loss, gates)  # (L, H)
         total += gradient.abs()
@@ -151,8 +150,7 @@ def pruning_curve(
     model: nn.Module, inputs: Tensor, targets: Tensor, order: list[tuple[int, int]]
 ) -> list[float]:
     """Losses after removing the heads of ``order`` one by one: [every head, -1 head, ...]."""
-    parameter = next(model.parameters())
-    gates = _gates(model, parameter.dtype, parameter.device)  # (L, H)
+    gates = _gates(model)  # (L, H)
     losses = [masked_loss(model, inputs, targets, gates)]
     for layer, head in order:
         gates[layer, head] = 0.0
