@@ -200,8 +200,10 @@ def test_page_reads_offline(server, offline_page, page_path):
 def test_search_finds_attention(server, offline_page):
     page, blocked, errors = offline_page
     page.goto(server + "search.html?q=attention", wait_until="load")
+    # Sphinx adds results one at a time; its summary line appears once the search is done.
+    summary = page.locator("#search-results p.search-summary", has_text="Search finished")
+    summary.wait_for(state="attached")
     results = page.locator("#search-results ul.search li")
-    results.first.wait_for(state="attached")
     found = {_same_page(a) for a in results.locator("a").evaluate_all("l => l.map(a => a.href)")}
     page.screenshot(path=SCREENSHOTS / "search.png")
     assert not blocked, f"the search page asked for something off this machine: {blocked}"
