@@ -8,6 +8,7 @@ from helpers import (
     as_float64,
     grouped_attention_reference,
     mha_pair,
+    raises,
     seeded_randn,
 )
 from torch import nn
@@ -16,6 +17,7 @@ from attnbook import (
     GroupedQueryAttention,
     MultiHeadAttention,
     causal_mask,
+    mean_pool_kv_heads,
     merge_heads,
     padding_mask,
     repeat_kv,
@@ -158,8 +160,29 @@ def test_copy_weights_rejects_other_sizes():
         MultiHeadAttention(D_MODEL, N_HEADS).copy_weights_from(nn.MultiheadAttention(16, 2))
 
 
-@pytest.mark.parametrize("extra", [{"add_bias_kv": True}, {"add_zero_attn": True}, {"kdim": 8}])
-def test_copy_weights_rejects_what_our_module_cannot_hold(extra):
+@pytest.mark.parametrize(
+    ("extra", "got"),
+    [
+        ({"add_bias_kv": True}, "kdim = 16, vdim = 16, bias = True, extra key/value = True"),
+        ({"add_zero_attn": True}, "kdim = 16, vdim = 16, bias = True, extra key/value = True"),
+        ({"kdim": 8}, "kdim = 8, vdim = 16, bias = True, extra key/value = False"),
+        ({"bias": False}, "kdim = 16, vdim = 16, bias = False, extra key/value = False"),
+    ],
+)
+def test_copy_weights_rejects_what_our_module_cannot_hold(extra, got):
     torch_mha = nn.MultiheadAttention(D_MODEL, N_HEADS, batch_first=True, **extra)
-    with pytest.raises(ValueError, match=r"; got embed_dim = 16, num_heads = 4, packed"):
+    with raises(f"; got embed_dim = 16, num_heads = 4, {got}"):
         MultiHeadAttention(D_MODEL, N_HEADS).copy_weights_from(torch_mha)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_pooling_a_rope_layer_to_the_same_head_count_is_an_exact_copy(need_weights):
+    torch.manual_seed(0)
+    source = GroupedQueryAttention(
+        D_MODEL, N_HEADS, 2, rope=True, rope_base=500.0, rope_layout="adjacent"
+    ).eval()
+    copy = mean_pool_kv_heads(source, 2)
+    assert (copy.rope, copy.rope_base, copy.rope_layout) == (True, 500.0, "adjacent")
+    x = seeded_randn(2, 6, D_MODEL)
+    expected, _ = source(x, is_causal=True, need_weights=need_weights)
+    assert torch.equal(copy(x, is_causal=True, need_weights=need_weights)[0], expected)

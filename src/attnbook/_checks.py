@@ -26,6 +26,12 @@ def check_int(name: str, value: object, low: int = 1, high: int | None = None) -
         raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
+def check_bool(name: str, value: object) -> None:
+    """``value`` is True or False (not 0/1, not a string): a switch."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+
+
 def check_probability(name: str, p: float) -> None:
     """Dropout probabilities live in [0, 1): p = 1 would drop every weight."""
     if not 0.0 <= p < 1.0:
@@ -49,12 +55,18 @@ def check_tensor(name: str, tensor: object, layout: str, rank: int | None = None
         )
 
 
-def check_model_input(name: str, tensor: object, layout: str, d_model: int) -> None:
-    """``tensor`` is a 3-dim (B, length, D) input to a module of width ``d_model``."""
+def check_model_input(
+    name: str, tensor: object, layout: str, width: int, width_name: str = "D = d_model"
+) -> None:
+    """``tensor`` is a 3-dim (B, length, width) input; ``width_name`` names the last dim.
+
+    The message reads e.g. "with D = d_model = 16" or, for ``width_name="key_dim"``, "with
+    key_dim = 48".
+    """
     check_tensor(name, tensor, layout, rank=3)
-    if tensor.size(-1) != d_model:
+    if tensor.size(-1) != width:
         raise ValueError(
-            f"{name}: expected shape {layout} with D = d_model = {d_model}, "
+            f"{name}: expected shape {layout} with {width_name} = {width}, "
             f"got {name}.shape = {shape_of(tensor)}"
         )
 

@@ -14,10 +14,11 @@ from attnbook.multihead import GroupedQueryAttention
 def _pool_rows(weight: torch.Tensor, n_groups: int, group_size: int) -> torch.Tensor:
     """Average each group of ``group_size`` consecutive heads of a projection's output rows.
 
-    A projection weight is (H_kv_src * d_head, D) (a bias is (H_kv_src * d_head,)): head j owns
-    rows j * d_head ... (j + 1) * d_head - 1, so the heads of one group are consecutive blocks.
+    A projection weight is (H_kv_src * d_head, width), width = key_dim or value_dim (a bias is
+    (H_kv_src * d_head,)): head j owns rows j * d_head ... (j + 1) * d_head - 1, so the heads of
+    one group are consecutive blocks.
     """
-    trailing = weight.shape[1:]  # (D,) for a weight, () for a bias
+    trailing = weight.shape[1:]  # (width,) for a weight, () for a bias
     heads = weight.reshape(n_groups, group_size, -1, *trailing)  # (H_kv, G, d_head, ...)
     return heads.mean(dim=1).reshape(-1, *trailing)  # (H_kv * d_head, ...)
 
@@ -30,8 +31,9 @@ def mean_pool_kv_heads(attention: GroupedQueryAttention, n_kv_heads: int) -> Gro
     into ``n_kv_heads`` groups of consecutive heads (the heads whose query heads will share one
     key/value head) and each group's key and value projections (weights and biases) are
     averaged. The query and output projections are copied. ``attention`` is left unchanged; the
-    result has its device, dtype and training mode. With ``n_kv_heads`` equal to H_kv_src it is
-    an exact copy; otherwise it approximates ``attention`` (Ainslie et al. fine-tune it further).
+    result has its device, dtype, training mode, key and value widths and rotary settings. With
+    ``n_kv_heads`` equal to H_kv_src it is an exact copy; otherwise it approximates
+    ``attention`` (Ainslie et al. fine-tune it further).
     """
     if not isinstance(attention, GroupedQueryAttention):
         raise ValueError(
@@ -52,6 +54,11 @@ def mean_pool_kv_heads(attention: GroupedQueryAttention, n_kv_heads: int) -> Gro
         n_kv_heads,
         bias=attention.q_proj.bias is not None,
         dropout=attention.dropout,
+        rope=attention.rope,
+        rope_base=attention.rope_base,
+        rope_layout=attention.rope_layout,
+        key_dim=attention.key_dim,
+        value_dim=attention.value_dim,
     ).to(device=reference.device, dtype=reference.dtype)
     with torch.no_grad():
         for name in ("q_proj", "out_proj"):

@@ -8,6 +8,7 @@ from attnbook._checks import (
     check_choice,
     check_head_counts,
     check_head_mask,
+    check_int,
     check_model_input,
     check_positive,
     check_probability,
@@ -26,6 +27,21 @@ def _describe(names: tuple[str, ...], values: tuple) -> str:
     return ", ".join(f"{name} = {value}" for name, value in zip(names, values, strict=True))
 
 
+def _check_rope_settings(d_model: int, n_heads: int, key_dim: int, value_dim: int) -> None:
+    """rope=True needs pairs of features in every head, and keys from the query's own tokens."""
+    if (d_model // n_heads) % 2:
+        raise ValueError(
+            f"rope: rotary features come in pairs, so d_head = d_model / n_heads must be even, "
+            f"got d_head = {d_model // n_heads} (d_model = {d_model}, n_heads = {n_heads})"
+        )
+    for name, width in (("key_dim", key_dim), ("value_dim", value_dim)):
+        if width != d_model:
+            raise ValueError(
+                f"{name}: rope=True needs self-attention (keys and values from the query's "
+                f"tokens), so {name} must equal d_model = {d_model}, got {width}"
+            )
+
+
 class GroupedQueryAttention(nn.Module):
     """Attention with H query heads sharing H_kv key/value heads (Ainslie et al., 2023).
 
@@ -33,12 +49,19 @@ class GroupedQueryAttention(nn.Module):
     Query head h reads key/value head ``h // (n_heads // n_kv_heads)``.
 
     ``forward(query, key=None, value=None, *, mask=None, is_causal=False, need_weights=False)``
-    takes query (B, T, D) and key, value (B, S, D); with key and value left out it is
-    self-attention (key = value = query), with key alone value = key. ``mask`` follows
-    :func:`attnbook.scaled_dot_product_attention` (bool True = attend, or float added) and must
-    broadcast to (B, H, T, S). Returns (output (B, T, D), weights (B, H, T, S) or None).
+    takes query (B, T, D), key (B, S, key_dim) and value (B, S, value_dim); with key and value
+    left out it is self-attention (key = value = query), with key alone value = key. ``mask``
+    follows :func:`attnbook.scaled_dot_product_attention` (bool True = attend, or float added)
+    and must broadcast to (B, H, T, S). Returns (output (B, T, D), weights (B, H, T, S) or None).
     Without ``need_weights`` it calls PyTorch's fused ``F.scaled_dot_product_attention``, which
     never materialises the weights; with it, the library's explicit version. Both agree.
+
+    ``key_dim`` and ``value_dim`` (default: d_model) are the widths of the key and value inputs,
+    as ``kdim`` and ``vdim`` in ``nn.MultiheadAttention``: a decoder of width D attending to an
+    encoder of another width. Only the projections read them: ``k_proj`` maps key_dim and
+    ``v_proj`` value_dim features to H_kv * d_head; the heads, the weights (B, H, T, S) and the
+    output (B, T, D) are as before. Where a width differs, the default key = query (or
+    value = key) cannot work, so key (and value) must be passed.
 
     ``cache``: a :class:`attnbook.KVCache` for decoding. The new keys and values are appended to
     it and the T queries attend over all S cached positions, so S counts the cached ones too
@@ -56,8 +79,9 @@ class GroupedQueryAttention(nn.Module):
     position with ``rope_base`` as the base of the frequencies and ``rope_layout`` as the
     feature pairing, ``"halves"`` (GPT-NeoX, Llama; the default) or ``"adjacent"`` (RoFormer,
     GPT-J). With a cache the T new tokens are at positions ``len(cache)`` onward, and the keys
-    are cached already rotated. ``d_model / n_heads`` must then be even, and key and value must
-    be left out (query and key positions are only defined when they are the same tokens).
+    are cached already rotated. ``d_model / n_heads`` must then be even, key_dim and value_dim
+    must be d_model, and key and value must be left out (query and key positions are only
+    defined when they are the same tokens).
     """
 
     def __init__(
@@ -71,33 +95,72 @@ class GroupedQueryAttention(nn.Module):
         rope: bool = False,
         rope_base: float = 10000.0,
         rope_layout: str = "halves",
+        key_dim: int | None = None,
+        value_dim: int | None = None,
     ) -> None:
         super().__init__()
         check_head_counts(d_model, n_heads, n_kv_heads)
+        key_dim = d_model if key_dim is None else key_dim
+        value_dim = d_model if value_dim is None else value_dim
+        check_int("key_dim", key_dim)
+        check_int("value_dim", value_dim)
         check_probability("dropout", dropout)
         check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
         check_positive("rope_base", rope_base)
-        if rope and (d_model // n_heads) % 2:
-            raise ValueError(
-                f"rope: rotary features come in pairs, so d_head = d_model / n_heads must be even, "
-                f"got d_head = {d_model // n_heads} (d_model = {d_model}, n_heads = {n_heads})"
-            )
+        if rope:
+            _check_rope_settings(d_model, n_heads, key_dim, value_dim)
         self.rope = rope
         self.rope_base = rope_base
         self.rope_layout = rope_layout
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
         self.head_dim = d_model // n_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(key_dim, n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(value_dim, n_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def new_cache(self) -> KVCache:
         """An empty :class:`attnbook.KVCache` for this layer, to pass as ``cache`` when decoding."""
         return KVCache()
+
+    def _expected_layout(self, name: str) -> tuple[str, int, str]:
+        """The layout, width and width's name expected of ``name``: query, key or value."""
+        length = "T" if name == "query" else "S"
+        width = {"query": self.d_model, "key": self.key_dim, "value": self.value_dim}[name]
+        if width == self.d_model:
+            return f"(B, {length}, D)", width, "D = d_model"
+        return f"(B, {length}, {name}_dim)", width, f"{name}_dim"
+
+    def _default_key_value(
+        self, query: Tensor, key: Tensor | None, value: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """Key and value, defaulting to key = query and value = key where the widths allow."""
+        if key is None and value is not None:
+            raise ValueError("key: got value but no key; pass both for cross-attention")
+        if self.rope and key is not None:
+            raise ValueError(
+                "key: this layer has a rotary embedding (rope=True), which needs self-attention; "
+                "leave key and value out"
+            )
+        if key is None and self.key_dim != self.d_model:
+            raise ValueError(
+                f"key: expected a key of shape (B, S, key_dim) with key_dim = {self.key_dim}; "
+                f"the queries' width d_model = {self.d_model} differs, so key = query cannot "
+                f"work: pass key and value"
+            )
+        if value is None and self.value_dim != self.key_dim:
+            raise ValueError(
+                f"value: expected a value of shape (B, S, value_dim) with value_dim = "
+                f"{self.value_dim}; the keys' width key_dim = {self.key_dim} differs, so "
+                f"value = key cannot work: pass value (and key)"
+            )
+        key = query if key is None else key
+        return key, key if value is None else value
 
     def _check_inputs(
         self,
@@ -108,9 +171,8 @@ class GroupedQueryAttention(nn.Module):
         is_causal: bool,
         cache: KVCache | None = None,
     ) -> None:
-        layouts = {"query": "(B, T, D)", "key": "(B, S, D)", "value": "(B, S, D)"}
         for name, tensor in (("query", query), ("key", key), ("value", value)):
-            check_model_input(name, tensor, layouts[name], self.d_model)
+            check_model_input(name, tensor, *self._expected_layout(name))
             if tensor.size(0) != query.size(0):
                 raise ValueError(
                     f"{name}: batch size {tensor.size(0)} must equal query's {query.size(0)}; got "
@@ -119,8 +181,8 @@ class GroupedQueryAttention(nn.Module):
             check_same_dtype(name, tensor, query, "query")
         if value.size(1) != key.size(1):
             raise ValueError(
-                f"value: expected shape (B, S, D) with S = {key.size(1)} as in key, got "
-                f"value.shape = {shape_of(value)}"
+                f"value: expected shape {self._expected_layout('value')[0]} with S = "
+                f"{key.size(1)} as in key, got value.shape = {shape_of(value)}"
             )
         new_scores_shape = (query.size(0), self.n_heads, query.size(1), key.size(1))
         check_cached_attention_mask(mask, is_causal, cache, KVCache, new_scores_shape)
@@ -137,19 +199,12 @@ class GroupedQueryAttention(nn.Module):
         cache: KVCache | None = None,
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        if key is None and value is not None:
-            raise ValueError("key: got value but no key; pass both for cross-attention")
-        if self.rope and key is not None:
-            raise ValueError(
-                "key: this layer has a rotary embedding (rope=True), which needs self-attention; "
-                "leave key and value out"
-            )
-        key = query if key is None else key
-        value = key if value is None else value
+        key, value = self._default_key_value(query, key, value)
         self._check_inputs(query, key, value, mask, is_causal, cache)
         check_head_mask(head_mask, query.size(0), self.n_heads, query.dtype)
 
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, d_head)
+        # keys (B, S, key_dim) and values (B, S, value_dim) are projected to H_kv heads
         k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, S, d_head)
         v = split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, S, d_head)
         record("q", q, "B H T d_head", "queries, projected and split into heads")
@@ -197,26 +252,45 @@ class MultiHeadAttention(GroupedQueryAttention):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, *, bias: bool = True, dropout: float = 0.0
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        bias: bool = True,
+        dropout: float = 0.0,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
     ) -> None:
-        super().__init__(d_model, n_heads, n_heads, bias=bias, dropout=dropout)
+        super().__init__(
+            d_model,
+            n_heads,
+            n_heads,
+            bias=bias,
+            dropout=dropout,
+            key_dim=key_dim,
+            value_dim=value_dim,
+        )
 
     def copy_weights_from(self, torch_mha: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Load the projections of a ``torch.nn.MultiheadAttention`` with the same sizes.
 
-        PyTorch stacks W_q, W_k and W_v into one ``in_proj_weight`` of shape (3D, D); the three
-        row blocks are our three projections. Returns ``self``.
+        PyTorch stacks W_q, W_k and W_v into one ``in_proj_weight`` of shape (3D, D) whose three
+        row blocks are our three projections; with kdim or vdim other than D it keeps them apart
+        as ``q_proj_weight`` (D, D), ``k_proj_weight`` (D, key_dim) and ``v_proj_weight``
+        (D, value_dim). The biases are always stacked in ``in_proj_bias`` (3D,). Returns ``self``.
         """
         if not isinstance(torch_mha, nn.MultiheadAttention):
             raise ValueError(
                 f"torch_mha: expected a torch.nn.MultiheadAttention, got {type(torch_mha).__name__}"
             )
-        names = ("embed_dim", "num_heads", "packed in_proj_weight", "bias", "extra key/value")
-        expected = (self.d_model, self.n_heads, True, self.q_proj.bias is not None, False)
+        names = ("embed_dim", "num_heads", "kdim", "vdim", "bias", "extra key/value")
+        has_bias = self.q_proj.bias is not None
+        expected = (self.d_model, self.n_heads, self.key_dim, self.value_dim, has_bias, False)
         got = (
             torch_mha.embed_dim,
             torch_mha.num_heads,
-            torch_mha.in_proj_weight is not None,  # False when kdim or vdim differ from D
+            torch_mha.kdim,
+            torch_mha.vdim,
             torch_mha.in_proj_bias is not None,
             torch_mha.bias_k is not None or torch_mha.add_zero_attn,  # not in our module
         )
@@ -224,18 +298,16 @@ class MultiHeadAttention(GroupedQueryAttention):
             raise ValueError(
                 f"torch_mha: expected {_describe(names, expected)}; got {_describe(names, got)}"
             )
+        if torch_mha.in_proj_weight is not None:
+            weights = torch_mha.in_proj_weight.chunk(3)  # 3 x (D, D)
+        else:
+            weights = (torch_mha.q_proj_weight, torch_mha.k_proj_weight, torch_mha.v_proj_weight)
+        biases = (None,) * 3 if torch_mha.in_proj_bias is None else torch_mha.in_proj_bias.chunk(3)
         projections = (self.q_proj, self.k_proj, self.v_proj)
-        weights = torch_mha.in_proj_weight.detach().chunk(3)  # 3 x (D, D)
-        biases = (
-            torch_mha.in_proj_bias.detach().chunk(3)
-            if torch_mha.in_proj_bias is not None
-            else (None,) * 3
-        )
-        for projection, weight, bias in zip(projections, weights, biases, strict=True):
-            projection.weight.data.copy_(weight)
-            if bias is not None:
-                projection.bias.data.copy_(bias)
-        self.out_proj.weight.data.copy_(torch_mha.out_proj.weight.detach())
-        if self.out_proj.bias is not None:
-            self.out_proj.bias.data.copy_(torch_mha.out_proj.bias.detach())
+        with torch.no_grad():
+            for projection, weight, bias in zip(projections, weights, biases, strict=True):
+                projection.weight.copy_(weight)
+                if bias is not None:
+                    projection.bias.copy_(bias)
+            self.out_proj.load_state_dict(torch_mha.out_proj.state_dict())
         return self
