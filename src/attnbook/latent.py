@@ -6,6 +6,9 @@ two up-projections. With ``rope_dim > 0`` each token also caches one rotary key 
 wide) shared by all heads: the decoupled rotary position embedding, which keeps the
 up-projections foldable into the query and output projections
 (:meth:`MultiHeadLatentAttention.absorbed_forward`).
+
+Two options add parts of DeepSeek-V2's released attention: ``q_latent_dim`` compresses the
+queries through a normalised latent c_Q, and ``latent_norm`` normalises c_kv before caching.
 """
 
 import math
@@ -14,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbook._checks import (
+    check_bool,
     check_cached_attention_mask,
     check_head_counts,
     check_head_mask,
@@ -29,6 +33,8 @@ from attnbook.heads import gate_heads, merge_heads, split_heads
 from attnbook.masks import causal_mask, causal_over_cache
 from attnbook.positions import apply_rope
 from attnbook.trace import record
+
+NORM_EPS = 1e-6  # the RMSNorm epsilon of DeepSeek-V2's released configuration (rms_norm_eps)
 
 
 class LatentCache:
@@ -119,6 +125,13 @@ class MultiHeadLatentAttention(nn.Module):
     are rotated to their positions and concatenated after the content parts, so the scale is
     1 / sqrt(d_head + rope_dim). The up-projections have no bias (``bias`` sets the others).
 
+    Two parts of the released DeepSeek-V2 model, both off by default: with ``q_latent_dim > 0``
+    the queries are compressed too, ``c_Q = q_norm(q_down(x))`` (q_latent_dim, an RMSNorm), and
+    ``q_proj`` and ``q_rope_proj`` read c_Q instead of x (this saves activations in training,
+    not cache). With ``latent_norm`` an RMSNorm ``kv_norm`` is applied to c_kv, and the
+    normalised latent is what is cached and up-projected; the rotary key still comes from x,
+    unnormalised. Both norms use eps = 1e-6, as DeepSeek-V2's configuration does.
+
     ``forward(x, *, mask=None, is_causal=False, need_weights=False, cache=None)`` takes x
     (B, T, D) and returns (output (B, T, D), weights (B, H, T, S) or None); masks and errors
     follow :class:`attnbook.GroupedQueryAttention`. ``cache`` (from :meth:`new_cache`): the new
@@ -138,6 +151,8 @@ class MultiHeadLatentAttention(nn.Module):
         rope_dim: int = 0,
         bias: bool = False,
         dropout: float = 0.0,
+        q_latent_dim: int = 0,
+        latent_norm: bool = False,
     ) -> None:
         super().__init__()
         check_head_counts(d_model, n_heads, n_heads)
@@ -148,19 +163,28 @@ class MultiHeadLatentAttention(nn.Module):
                 f"rope_dim: rotary features come in pairs, so rope_dim must be even, got {rope_dim}"
             )
         check_probability("dropout", dropout)
+        check_int("q_latent_dim", q_latent_dim, low=0)
+        check_bool("latent_norm", latent_norm)
         self.d_model = d_model
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.kv_latent_dim = kv_latent_dim
         self.rope_dim = rope_dim
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_Q
+        self.q_latent_dim = q_latent_dim
+        query_width = q_latent_dim or d_model  # what the query projections read: c_Q or x
+        self.q_proj = nn.Linear(query_width, d_model, bias=bias)  # W_Q, or W_UQ from c_Q
         self.kv_down = nn.Linear(d_model, kv_latent_dim, bias=bias)  # W_DKV
         self.k_up = nn.Linear(kv_latent_dim, d_model, bias=False)  # W_UK
         self.v_up = nn.Linear(kv_latent_dim, d_model, bias=False)  # W_UV
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
-        self.q_rope_proj = nn.Linear(d_model, n_heads * rope_dim, bias=bias) if rope_dim else None
-        self.k_rope_proj = nn.Linear(d_model, rope_dim, bias=bias) if rope_dim else None
+        self.q_rope_proj = (
+            nn.Linear(query_width, n_heads * rope_dim, bias=bias) if rope_dim else None
+        )  # W_QR
+        self.k_rope_proj = nn.Linear(d_model, rope_dim, bias=bias) if rope_dim else None  # W_KR
+        self.q_down = nn.Linear(d_model, q_latent_dim, bias=bias) if q_latent_dim else None  # W_DQ
+        self.q_norm = nn.RMSNorm(q_latent_dim, eps=NORM_EPS) if q_latent_dim else None
+        self.kv_norm = nn.RMSNorm(kv_latent_dim, eps=NORM_EPS) if latent_norm else None
 
     def new_cache(self) -> LatentCache:
         """An empty :class:`LatentCache` for this layer."""
@@ -179,17 +203,38 @@ class MultiHeadLatentAttention(nn.Module):
         check_cached_attention_mask(mask, is_causal, cache, LatentCache, new_scores_shape)
         check_head_mask(head_mask, x.size(0), self.n_heads, x.dtype)
 
+    def _query_input(self, x: Tensor) -> Tensor:
+        """What the query projections read: x (B, T, D), or c_Q (B, T, d_c') if compressed."""
+        if self.q_down is None:
+            return x
+        compressed = self.q_norm(self.q_down(x))  # (B, T, d_c')
+        record("c_q", compressed, "B T d_c'", "compressed query latent, RMS-normalised")
+        return compressed
+
+    def _new_latents(self, x: Tensor) -> Tensor:
+        """The new tokens' latents c_kv (B, T, d_c), RMS-normalised with ``latent_norm``."""
+        latents = self.kv_down(x)  # (B, T, d_c)
+        if self.kv_norm is not None:
+            latents = self.kv_norm(latents)  # (B, T, d_c)
+        kind = "latent" if self.kv_norm is None else "RMS-normalised latent"
+        record("c_kv", latents, "B T d_c", f"{kind} per token: what the cache keeps")
+        return latents
+
     def _latents_and_rope(
         self, x: Tensor, cache: LatentCache | None
-    ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
-        """The cached quantities for every S position, the rotated rope queries, positions."""
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """The query input, then the latents, rotary keys for all S positions, rope queries.
+
+        Returns (query input (B, T, D or d_c'), latents (B, S, d_c), rope_keys (B, S, d_R) or
+        None, rotated rope queries (B, H, T, d_R) or None).
+        """
         past = 0 if cache is None else len(cache)
         positions = torch.arange(past, past + x.size(1), device=x.device)  # (T,)
-        latents = self.kv_down(x)  # (B, T, kv_latent_dim)
-        record("c_kv", latents, "B T d_c", "latent per token: what the cache keeps")
+        query_input = self._query_input(x)  # (B, T, D) or (B, T, d_c')
+        latents = self._new_latents(x)  # (B, T, d_c)
         q_rope = rope_keys = None
         if self.rope_dim:
-            q_rope = split_heads(self.q_rope_proj(x), self.n_heads)  # (B, H, T, d_R)
+            q_rope = split_heads(self.q_rope_proj(query_input), self.n_heads)  # (B, H, T, d_R)
             q_rope = apply_rope(q_rope, positions)  # (B, H, T, d_R)
             rope_keys = apply_rope(self.k_rope_proj(x), positions)  # (B, T, d_R)
             record("q rope", q_rope, "B H T d_R", "rotary query part, one per head, rotated")
@@ -199,7 +244,7 @@ class MultiHeadLatentAttention(nn.Module):
             record("c_kv cache", latents, "B S d_c", "cached latents: every position so far")
             if rope_keys is not None:
                 record("k rope cache", rope_keys, "B S d_R", "cached rotary keys")
-        return latents, rope_keys, q_rope, positions
+        return query_input, latents, rope_keys, q_rope
 
     def forward(
         self,
@@ -212,8 +257,8 @@ class MultiHeadLatentAttention(nn.Module):
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         self._check_inputs(x, mask, is_causal, cache, head_mask)
-        latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
-        q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, d_head)
+        query_input, latents, rope_keys, q_rope = self._latents_and_rope(x, cache)
+        q = split_heads(self.q_proj(query_input), self.n_heads)  # (B, H, T, d_head)
         k = split_heads(self.k_up(latents), self.n_heads)  # (B, H, S, d_head)
         v = split_heads(self.v_up(latents), self.n_heads)  # (B, H, S, d_head)
         record("q", q, "B H T d_head", "content queries, one per head")
@@ -240,16 +285,18 @@ class MultiHeadLatentAttention(nn.Module):
     def absorbed_weights(self) -> tuple[Tensor, Tensor | None, Tensor]:
         """The folded projections: query into latent space, and latent into the output.
 
-        Returns (W_q_absorbed (H, d_c, D), b_q_absorbed (H, d_c) or None, W_o_absorbed
-        (H, D, d_c)): head h's query in latent space is ``W_UK_h^T (W_Q_h x + b_Q_h)``, and its
-        latent output o_h (d_c) contributes ``W_O_h W_UV_h o_h`` to the output.
+        Returns (W_q_absorbed (H, d_c, D_q), b_q_absorbed (H, d_c) or None, W_o_absorbed
+        (H, D, d_c)), where the query input is x (D_q = D) or, with ``q_latent_dim``, the
+        normalised compressed query c_Q (D_q = d_c'): head h's query in latent space is
+        ``W_UK_h^T (W_Q_h input + b_Q_h)`` (W_UK folds into W_UQ when the queries are
+        compressed), and its latent output o_h (d_c) contributes ``W_O_h W_UV_h o_h``.
         """
         heads, d_head = self.n_heads, self.head_dim
-        w_q = self.q_proj.weight.view(heads, d_head, self.d_model)  # (H, d_head, D)
+        w_q = self.q_proj.weight.view(heads, d_head, self.q_proj.in_features)  # (H, d_head, D_q)
         w_uk = self.k_up.weight.view(heads, d_head, self.kv_latent_dim)  # (H, d_head, d_c)
         w_uv = self.v_up.weight.view(heads, d_head, self.kv_latent_dim)  # (H, d_head, d_c)
         w_o = self.out_proj.weight.view(self.d_model, heads, d_head).transpose(0, 1)  # (H, D, dh)
-        w_q_absorbed = w_uk.transpose(1, 2) @ w_q  # (H, d_c, D)
+        w_q_absorbed = w_uk.transpose(1, 2) @ w_q  # (H, d_c, D_q)
         b_q_absorbed = None
         if self.q_proj.bias is not None:
             b_q = self.q_proj.bias.view(heads, d_head, 1)  # (H, d_head, 1)
@@ -268,16 +315,17 @@ class MultiHeadLatentAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """The same attention computed in latent space: keys and values never up-projected.
 
-        The queries are mapped into the latent space with :meth:`absorbed_weights`, scored
-        against the cached latents directly, and the weighted latents are mapped to the output
-        by the folded output projection. Same arguments and result as :meth:`forward` with
+        The query input (x, or c_Q with ``q_latent_dim``) is mapped into the latent space with
+        :meth:`absorbed_weights`, scored against the cached latents (normalised ones with
+        ``latent_norm``) directly, and the weighted latents are mapped to the output by the
+        folded output projection. Same arguments and result as :meth:`forward` with
         ``need_weights=True`` (no dropout); returns (output (B, T, D), weights (B, H, T, S)).
         """
         self._check_inputs(x, mask, is_causal, cache, head_mask)
-        latents, rope_keys, q_rope, _ = self._latents_and_rope(x, cache)
+        query_input, latents, rope_keys, q_rope = self._latents_and_rope(x, cache)
         w_q_absorbed, b_q_absorbed, w_o_absorbed = self.absorbed_weights()
         work_dtype = torch.promote_types(x.dtype, torch.float32)
-        q_latent = torch.einsum("hcd,btd->bhtc", w_q_absorbed, x)  # (B, H, T, d_c)
+        q_latent = torch.einsum("hcd,btd->bhtc", w_q_absorbed, query_input)  # (B, H, T, d_c)
         if b_q_absorbed is not None:
             q_latent = q_latent + b_q_absorbed[None, :, None, :]  # (B, H, T, d_c)
         record("q latent", q_latent, "B H T d_c", "queries folded into the latent space")
