@@ -50,13 +50,14 @@ chromium:
 	@case "$${CI:-}" in true|TRUE|True|1) [ -x "$(CHROMIUM)" ] || \
 		{ echo "CI is set but there is no browser at $(CHROMIUM): set CHROMIUM"; exit 1; };; esac
 
-## test: lint and format check, build the book from the committed outputs, run the unit tests,
-## strict nbval and the browser test of the built book (screenshots in _build/screenshots).
+## test: lint and format check (the book's code cells at 88 columns: book/ruff.toml), build the
+## book from the committed outputs, run the unit tests, strict nbval and the browser test of the
+## built book (screenshots in _build/screenshots).
 ## Each of the $(JOBS) pytest workers, and the notebook kernel it starts, gets one thread:
 ## together they use the cores without oversubscribing them.
 test: $(INSTALLED) chromium
 	$(BIN)/ruff check src tests book scripts
-	$(BIN)/ruff format --check src tests scripts
+	$(BIN)/ruff format --check src tests scripts book
 	$(BUILD_BOOK)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rs tests book \
 		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
