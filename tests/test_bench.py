@@ -50,6 +50,14 @@ def test_quick_run_prints_three_tables_with_verdicts(quick_output):
     assert quick_output.rstrip().splitlines()[-1].startswith("total:")
 
 
+def test_quick_run_decodes_256_tokens_with_mha_both_ways(quick_output):
+    lines = quick_output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("KV-cache decoding"))
+    assert "speedup" in lines[header + 1] and lines[header + 2].startswith("MHA")
+    assert lines[header + 2].split()[-1] == "True"  # same tokens with and without the cache
+    assert lines[header + 3].startswith("target: cached decoding at least 5x faster for 256")
+
+
 def test_ring_results_cover_every_world_size_with_the_memory_verdict():
     explicit, results = ring.ring_benchmark(quick=True)
     assert [r.world_size for r in results] == list(ring.QUICK["world_sizes"])
