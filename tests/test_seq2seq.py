@@ -90,7 +90,7 @@ def test_training_learns_to_reverse_short_words():
     set_seed(0)
     net = Seq2Seq(V, 8, 16, attention=True)
     generator = torch.Generator().manual_seed(0)
-    losses = train_seq2seq(net, lambda: reversal_batch(32, 2, 4, generator=generator), 200)
+    losses = train_seq2seq(net, lambda: reversal_batch(32, 2, 4, generator=generator), 100, lr=3e-2)
     test = reversal_batch(100, 2, 4, generator=torch.Generator().manual_seed(1))
     assert losses[0] > 3.0 and sum(losses[-10:]) / 10 < 0.5
     assert token_accuracy(net, test) > 0.95
