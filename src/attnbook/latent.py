@@ -34,7 +34,7 @@ from attnbook.masks import causal_mask, causal_over_cache
 from attnbook.positions import apply_rope
 from attnbook.trace import record
 
-NORM_EPS = 1e-6  # the RMSNorm epsilon of DeepSeek-V2's released configuration (rms_norm_eps)
+NORM_EPS = 1e-6  # rms_norm_eps of DeepSeek-V2's configuration in Hugging Face Transformers
 
 
 class LatentCache:
