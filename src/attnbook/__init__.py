@@ -6,6 +6,12 @@ H_kv key/value heads, D model width, d_head head width. Boolean masks mean True 
 
 from attnbook.additive import AdditiveAttention
 from attnbook.attention import masked_softmax, scaled_dot_product_attention
+from attnbook.capstone import (
+    CapstoneModels,
+    build_capstone_model,
+    load_capstone_models,
+    train_capstone_model,
+)
 from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import online_softmax, tiled_attention
@@ -44,6 +50,7 @@ from attnbook.seq2seq import (
     shift_right,
 )
 from attnbook.seq2seq_training import sequence_loss, token_accuracy, train_seq2seq
+from attnbook.shipped import shipped_file
 from attnbook.tasks import decode_ids, encode_words, reversal_batch
 from attnbook.text import (
     CharVocabulary,
@@ -59,6 +66,7 @@ __all__ = [
     "AdditiveScore",
     "AttentionDecoder",
     "AttentionExplorer",
+    "CapstoneModels",
     "CharVocabulary",
     "DecoderBlock",
     "DotScore",
@@ -81,6 +89,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "build_capstone_model",
     "causal_mask",
     "decode_ids",
     "encode_words",
@@ -91,6 +100,7 @@ __all__ = [
     "greedy_decode",
     "greedy_generate",
     "kv_cache_bytes_per_token",
+    "load_capstone_models",
     "load_genesis",
     "load_reference_model",
     "make_attention",
@@ -113,11 +123,13 @@ __all__ = [
     "sequential_batches",
     "set_seed",
     "shift_right",
+    "shipped_file",
     "sinusoidal_encoding",
     "split_heads",
     "tiled_attention",
     "token_accuracy",
     "trace_shapes",
+    "train_capstone_model",
     "train_language_model",
     "train_seq2seq",
     "train_validation_split",

@@ -5,19 +5,18 @@
 and ``reference_model.json``, the manifest: configuration, vocabulary, seed, steps, optimiser
 settings, the validation loss at the end, the validation-loss curve, the sha256 of the weights
 and the torch version. :func:`load_reference_model` rebuilds the model from the manifest and
-refuses weights whose hash or shapes do not match it, saying what to run.
+refuses weights whose hash or shapes do not match it, saying what to run (the file and hash
+helpers are :mod:`attnbook.shipped`'s).
 """
 
-import hashlib
-import io
 import json
 from dataclasses import dataclass
-from importlib.resources import files
 
 import torch
 
 from attnbook.decoder import TinyDecoder
 from attnbook.device import get_device
+from attnbook.shipped import check_sha256, read_shipped, read_state_dict
 from attnbook.text import CharVocabulary
 
 WEIGHTS = "reference_model.pt"
@@ -34,18 +33,8 @@ class ReferenceModel:
     manifest: dict
 
 
-def sha256_of(data: bytes) -> str:
-    """The hex sha256 of ``data``: how the manifest names the weights it belongs to."""
-    return hashlib.sha256(data).hexdigest()
-
-
 def _read_shipped(name: str) -> bytes:
-    path = files("attnbook.data") / name
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing: regenerate the reference model with `{RETRAIN}`"
-        )
-    return path.read_bytes()
+    return read_shipped(name, RETRAIN)
 
 
 def build_reference_decoder(config: dict) -> TinyDecoder:
@@ -62,14 +51,9 @@ def load_reference_model(device: torch.device | str | None = None) -> ReferenceM
     """
     manifest = json.loads(_read_shipped(MANIFEST))
     weights = _read_shipped(WEIGHTS)
-    digest = sha256_of(weights)
-    if digest != manifest["sha256"]:
-        raise ValueError(
-            f"data/{WEIGHTS}: sha256 {digest[:12]}... differs from the manifest's "
-            f"{manifest['sha256'][:12]}...: the weights were changed; re-run `{RETRAIN}`"
-        )
+    check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
     model = build_reference_decoder(manifest["config"])
-    state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
+    state = read_state_dict(weights)
     try:
         model.load_state_dict(state)
     except RuntimeError as error:

@@ -1,0 +1,50 @@
+"""Files shipped in ``data/`` (installed as the package ``attnbook.data``), read and checked.
+
+Every trained artefact the book ships is a pair: weights (a state dict) and a JSON manifest
+that names them by their sha256. These helpers find a shipped file wherever the package is
+installed, read it, refuse one whose hash differs from its manifest's, and read a state dict
+without unpickling arbitrary objects (``weights_only=True``). Each error names the command
+that regenerates the file.
+"""
+
+import hashlib
+import io
+from importlib.resources import files
+
+import torch
+
+
+def sha256_of(data: bytes) -> str:
+    """The hex sha256 of ``data``: how a manifest names the weights it belongs to."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def shipped_file(name: str):
+    """The file ``name`` shipped in ``data/`` (the package ``attnbook.data``), wherever installed.
+
+    A ``Traversable``: read it with ``.read_text()`` or ``.read_bytes()``.
+    """
+    return files("attnbook.data") / name
+
+
+def read_shipped(name: str, regenerate: str) -> bytes:
+    """The shipped file ``name``'s bytes; if absent, ``FileNotFoundError`` naming ``regenerate``."""
+    path = shipped_file(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: regenerate it with `{regenerate}`")
+    return path.read_bytes()
+
+
+def check_sha256(name: str, data: bytes, expected: str, regenerate: str) -> None:
+    """Raise ``ValueError`` (naming ``regenerate``) unless ``data`` has the sha256 ``expected``."""
+    digest = sha256_of(data)
+    if digest != expected:
+        raise ValueError(
+            f"data/{name}: sha256 {digest[:12]}... differs from the manifest's "
+            f"{expected[:12]}...: the file was changed; re-run `{regenerate}`"
+        )
+
+
+def read_state_dict(data: bytes) -> dict:
+    """A state dict (or a dict of them) from ``torch.save``'d bytes, tensors on the CPU."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

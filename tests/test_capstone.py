@@ -1,0 +1,153 @@
+"""Chapter 12's shipped models: they load, match the manifest, and bad files are refused."""
+
+import json
+
+import pytest
+import torch
+
+from attnbook import (
+    CharVocabulary,
+    TinyDecoder,
+    build_capstone_model,
+    capstone,
+    evaluate_loss,
+    load_capstone_models,
+    load_genesis,
+    set_seed,
+    train_capstone_model,
+    train_validation_split,
+)
+from attnbook.shipped import sha256_of, shipped_file
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_capstone_models("cpu")
+
+
+@pytest.fixture(scope="module")
+def split():
+    text = load_genesis()
+    vocabulary = CharVocabulary(text)
+    train_ids, validation_ids = train_validation_split(
+        vocabulary.encode(text), capstone.VALIDATION_FRACTION
+    )
+    return vocabulary, train_ids, validation_ids
+
+
+def test_models_match_the_manifest_and_the_settings(loaded, split):
+    vocabulary, _, _ = split
+    manifest = loaded.manifest
+    assert manifest["sha256"] == sha256_of(shipped_file(capstone.WEIGHTS).read_bytes())
+    assert manifest["config"] == capstone.capstone_config(len(vocabulary))
+    assert manifest["characters"] == "".join(vocabulary.characters)
+    assert manifest["threads"] == 1 and manifest["bytes"] <= 2 * 2**20
+    expected_kinds = {"MHA": "mha", "GQA": "gqa", "MQA": "mqa", "MLA": "mla"}
+    assert list(loaded.models) == list(capstone.VARIANTS)
+    for name, model in loaded.models.items():
+        assert not model.training and model.variant == expected_kinds[name]
+        assert capstone.count_parameters(model) == manifest["variants"][name]["parameters"]
+
+
+def test_fresh_evaluation_equals_the_manifests_final_loss(loaded, split):
+    _, _, validation_ids = split
+    training = capstone.TRAINING
+    for name, model in loaded.models.items():
+        history = loaded.histories[name]
+        recorded = loaded.manifest["variants"][name]
+        assert history.steps == list(range(0, training["steps"] + 1, training["eval_every"]))
+        assert history.validation_losses[-1] == recorded["validation_loss"]
+        loss = evaluate_loss(
+            model, validation_ids, training["block_size"], max_blocks=training["eval_blocks"]
+        )
+        assert loss == pytest.approx(recorded["validation_loss"], abs=1e-5), name
+
+
+def test_changed_weights_are_refused_with_the_command_to_run(monkeypatch):
+    shipped = capstone._read_shipped
+
+    def tampered(name):
+        data = shipped(name)
+        return data[:-1] + bytes([data[-1] ^ 1]) if name == capstone.WEIGHTS else data
+
+    monkeypatch.setattr(capstone, "_read_shipped", tampered)
+    with pytest.raises(ValueError, match="differs from the manifest's .* re-run `python scripts/"):
+        load_capstone_models("cpu")
+
+
+def test_a_missing_file_names_the_script(monkeypatch):
+    monkeypatch.setattr(capstone, "WEIGHTS", "no_such_file.pt")
+    with pytest.raises(FileNotFoundError, match="python scripts/train_capstone_models.py"):
+        load_capstone_models("cpu")
+
+
+def test_a_manifest_from_other_settings_is_refused(monkeypatch):
+    shipped = capstone._read_shipped
+
+    def other_settings(name):
+        data = shipped(name)
+        if name != capstone.MANIFEST:
+            return data
+        manifest = json.loads(data)
+        manifest["config"]["training"]["lr"] = 1e-3
+        return json.dumps(manifest).encode()
+
+    monkeypatch.setattr(capstone, "_read_shipped", other_settings)
+    with pytest.raises(ValueError, match=r"differs from .* in \['training'\].* re-run `python"):
+        load_capstone_models("cpu")
+
+
+def test_weights_that_do_not_fit_their_model_are_refused(monkeypatch):
+    states = capstone.read_state_dict(shipped_file(capstone.WEIGHTS).read_bytes())
+    states["MQA"] = states["MHA"]  # MHA's key/value projections are wider than MQA's
+
+    monkeypatch.setattr(capstone, "read_state_dict", lambda data: states)
+    with pytest.raises(ValueError, match="the MQA weights do not fit its model: re-run"):
+        load_capstone_models("cpu")
+
+
+def test_matched_widths_give_parameter_counts_within_one_width_step(split):
+    vocabulary, _, _ = split
+    d_model, n_layers = capstone.MODEL["d_model"], capstone.MODEL["n_layers"]
+    one_width_step = n_layers * (2 * d_model + 1)  # parameters one more MLP unit adds
+    counts = {
+        name: capstone.count_parameters(build_capstone_model(name, len(vocabulary)))
+        for name in capstone.VARIANTS
+    }
+    widths = capstone.matched_mlp_widths(len(vocabulary))
+    assert widths["MHA"] == 4 * d_model and len(set(widths.values())) == 4
+    for name, count in counts.items():
+        assert abs(count - counts["MHA"]) <= one_width_step / 2, name
+
+
+def test_build_seeds_like_the_chapter_and_leaves_the_random_state_alone(split):
+    vocabulary, _, _ = split
+    state_before = torch.random.get_rng_state()
+    built = build_capstone_model("GQA", len(vocabulary))
+    assert torch.equal(torch.random.get_rng_state(), state_before)
+    set_seed(0)
+    width = capstone.matched_mlp_widths(len(vocabulary))["GQA"]
+    chapter = TinyDecoder(len(vocabulary), **capstone.MODEL, n_kv_heads=2, mlp_width=width)
+    for key, expected in chapter.state_dict().items():
+        assert torch.equal(built.state_dict()[key], expected), key
+
+
+def test_an_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="variant"):
+        build_capstone_model("MoE", 60)
+
+
+def test_training_is_deterministic_on_one_thread_and_restores_the_thread_count(split):
+    vocabulary, train_ids, validation_ids = split
+    few_windows = validation_ids[: 4 * capstone.TRAINING["block_size"] + 1]  # fast evaluations
+    threads = torch.get_num_threads()
+    runs = [
+        train_capstone_model("MLA", len(vocabulary), train_ids, few_windows, steps=3)
+        for _ in range(2)
+    ]
+    assert torch.get_num_threads() == threads
+    (first_model, first_history), (second_model, second_history) = runs
+    assert first_history == second_history and first_history.steps == [0, 3]
+    assert first_history.validation_losses[1] < first_history.validation_losses[0]
+    for key, value in first_model.state_dict().items():
+        assert torch.equal(value, second_model.state_dict()[key]), key
