@@ -2,6 +2,7 @@
 
 import math
 import re
+import statistics
 
 import pytest
 import torch
@@ -525,6 +526,32 @@ def test_head_importance(capsys):
     expect_message(check, signed, "the importance is an absolute value")
 
 
+def supported_orderings(losses, spread=statistics.stdev, n_spreads=2.0, per_seed=True):
+    def half_width(values):
+        return n_spreads * spread(values) / (math.sqrt(len(values)) if per_seed else 1.0)
+
+    upper = {h: statistics.fmean(v) + half_width(v) for h, v in losses.items()}
+    lower = {h: statistics.fmean(v) - half_width(v) for h, v in losses.items()}
+    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+
+
+def test_supported_orderings(capsys):
+    check = exercises.check_supported_orderings
+    expect_success(check, supported_orderings, capsys)
+    expect_success(check, lambda losses: sorted(supported_orderings(losses)), capsys)
+    reversed_pairs = lambda losses: {(b, a) for a, b in supported_orderings(losses)}  # noqa: E731
+    expect_message(check, reversed_pairs, "the pairs are reversed")
+    by_means = lambda losses: supported_orderings(losses, n_spreads=0.0)  # noqa: E731
+    expect_message(check, by_means, "that ranks by the means alone")
+    population = lambda losses: supported_orderings(losses, spread=statistics.pstdev)  # noqa: E731
+    expect_message(check, population, "that uses the population standard deviation")
+    two_stds = lambda losses: supported_orderings(losses, per_seed=False)  # noqa: E731
+    expect_message(check, two_stds, "that uses +- 2 standard deviations")
+    first_case_only = lambda losses: {(1, 4)}  # noqa: E731
+    expect_message(check, first_case_only, "expected [(2, 1), (8, 1)]: a pair (a, b) belongs")
+    expect_message(check, lambda losses: 3, "should return a set of pairs (a, b), got int")
+
+
 # Every checker
 
 
@@ -544,6 +571,7 @@ SOLUTIONS = {
     "check_cache_bytes_per_token": cache_bytes_per_token,
     "check_previous_share": previous_share,
     "check_head_importance": head_importance,
+    "check_supported_orderings": supported_orderings,
 }
 CHECKERS = [name for name in exercises.__all__ if name.startswith("check_")]
 

@@ -1,10 +1,14 @@
-"""Head statistics, roles, ablation, gradient importance and pruning on hand-made cases."""
+"""Head statistics, roles, ablation, gradient importance and pruning on hand-made cases; the
+statistics over seeds; the shipped head-count comparison (data/head_count_comparison.json)."""
+
+import json
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook import TinyDecoder
+from attnbook import CharVocabulary, TinyDecoder, load_genesis, shipped_file, train_validation_split
 from attnbook import head_analysis as analysis
 
 CHARACTERS = list(" abc.")
@@ -102,3 +106,63 @@ def test_pruning_everything_and_the_order_helper(model_and_batch):
     assert len(curve) == 5
     zeros = torch.zeros(2, 2, dtype=torch.float64)
     assert curve[-1] == pytest.approx(loss_with(model, inputs, targets, zeros).item(), abs=1e-12)
+
+
+def test_seed_spread_matches_float64_statistics():
+    losses = {1: [1.71, 1.64, 1.80], 8: [1.60, 1.62, 1.61, 1.65]}
+    spread = analysis.seed_spread(losses)
+    for key, values in losses.items():
+        reference = torch.tensor(values, dtype=torch.float64)
+        std = reference.std(correction=1).item()  # the sample standard deviation
+        expected = (reference.mean().item(), std, std / len(values) ** 0.5)
+        assert spread[key] == pytest.approx(expected, rel=1e-12)
+
+
+def test_supported_orderings_ranks_only_separated_intervals():
+    apart = {2: [1.00, 1.01, 1.02], 4: [1.50, 1.51, 1.52]}  # se 0.0058, gap 0.5
+    assert analysis.supported_orderings(apart) == {(2, 4)}
+    overlapping = {2: [1.0, 1.2, 1.4], 4: [1.1, 1.3, 1.5]}  # gap 0.1, 2 se = 0.23 each
+    assert analysis.supported_orderings(overlapping) == set()
+    assert analysis.supported_orderings(overlapping, n_standard_errors=0.0) == {(2, 4)}
+    identical = {1: [1.0, 1.1, 1.2], 2: [1.0, 1.1, 1.2]}
+    assert analysis.supported_orderings(identical, n_standard_errors=0.0) == set()
+
+
+def test_a_single_seed_has_no_spread():
+    with pytest.raises(ValueError, match=r"losses: configuration 4 needs at least 2 seeds.*got 1"):
+        analysis.supported_orderings({2: [1.0, 1.1], 4: [1.2]})
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    return json.loads(shipped_file("head_count_comparison.json").read_text())
+
+
+def test_the_comparison_has_every_head_count_and_seed(comparison):
+    assert comparison["head_counts"] == [1, 2, 4, 8] and comparison["seeds"] == [0, 1, 2]
+    assert sorted(comparison["validation_loss"]) == ["1", "2", "4", "8"]
+    assert all(len(losses) == 3 for losses in comparison["validation_loss"].values())
+    settings = (comparison["steps"], comparison["batch_size"], comparison["learning_rate"])
+    assert settings == (400, 32, 3e-3)  # the capstone chapter's (book/12_tiny_gpt.ipynb)
+
+
+def test_the_compared_models_have_one_parameter_count(comparison):
+    config = dict(comparison["config"])
+    vocab_size = config.pop("vocab_size")
+    for n_heads in comparison["head_counts"]:
+        model = TinyDecoder(vocab_size, n_heads=n_heads, **config)
+        n_parameters = sum(parameter.numel() for parameter in model.parameters())
+        assert comparison["parameters"][str(n_heads)] == n_parameters
+    assert len(set(comparison["parameters"].values())) == 1
+
+
+def test_every_compared_model_learned(comparison):
+    text = load_genesis()
+    vocabulary = CharVocabulary(text)
+    train_ids, validation_ids = train_validation_split(vocabulary.encode(text), 0.1)
+    assert len(vocabulary) == comparison["config"]["vocab_size"]
+    counts = torch.bincount(train_ids, minlength=len(vocabulary)).double()  # (V,)
+    unigram_loss = -(counts / counts.sum()).log()[validation_ids].mean().item()
+    assert math.isfinite(unigram_loss)  # every validation character occurs in training
+    for losses in comparison["validation_loss"].values():
+        assert all(math.isfinite(loss) and loss < unigram_loss for loss in losses)

@@ -13,13 +13,15 @@ reference solution and at least two typical mistakes.
 """
 
 import functools
+import math
+import statistics
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from attnbook.decoder import TinyDecoder
-from attnbook.head_analysis import gradient_importance
+from attnbook.head_analysis import gradient_importance, supported_orderings
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
 from attnbook.seq2seq import Seq2Seq
@@ -662,6 +664,71 @@ def check_head_importance(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> 
     _fail(f"{call} differs from E_x |d loss(x) / d xi| at xi = 1 (all gates 1)")
 
 
+_ORDERING_CASES = [  # dict H -> per-seed losses; each mistake below gives a different answer
+    {1: [1.0, 1.1, 1.2], 2: [1.21, 1.31, 1.41], 4: [1.3, 1.4, 1.5]},
+    {8: [2.0, 2.02, 2.04, 2.06], 1: [2.6, 2.9, 2.75], 2: [2.05, 2.35, 2.2]},
+]
+
+
+def _separated(losses: dict, half_width: Callable[[list[float]], float]) -> set[tuple]:
+    """Pairs (a, b) with mean_a + half_width_a < mean_b - half_width_b."""
+    upper = {k: statistics.fmean(v) + half_width(v) for k, v in losses.items()}
+    lower = {k: statistics.fmean(v) - half_width(v) for k, v in losses.items()}
+    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+
+
+def _ordering_mistakes(losses: dict) -> list[tuple[set, str]]:
+    """The answers of typical mistakes, each with what is wrong."""
+    means = {k: statistics.fmean(v) for k, v in losses.items()}
+    expected = supported_orderings(losses)
+    return [
+        (
+            {(b, a) for a, b in expected},
+            "the pairs are reversed: (a, b) means H = a has the LOWER loss",
+        ),
+        (
+            {(a, b) for a in means for b in means if means[a] < means[b]},
+            "that ranks by the means alone; a difference counts only when the intervals "
+            "mean +- 2 standard errors do not overlap",
+        ),
+        (
+            _separated(losses, lambda v: 2 * statistics.pstdev(v) / math.sqrt(len(v))),
+            "that uses the population standard deviation (divide by n); the sample one divides "
+            "by n - 1, which matters with 3 seeds",
+        ),
+        (
+            _separated(losses, lambda v: 2 * statistics.stdev(v)),
+            "that uses +- 2 standard deviations; the rule uses standard errors, std / sqrt(n)",
+        ),
+    ]
+
+
+@_checker
+def check_supported_orderings(fn: Callable[[dict], set]) -> None:
+    """``fn(losses)``, losses a dict H -> per-seed losses: the pairs (a, b), a lower beyond spread.
+
+    The rule: mean_a + 2 se_a < mean_b - 2 se_b, se the sample standard deviation over sqrt(n).
+    """
+    for losses in _ORDERING_CASES:
+        call = f"supported_orderings({losses})"
+        answer = _call(fn, call, {k: list(v) for k, v in losses.items()})
+        try:
+            result = {tuple(pair) for pair in answer}
+        except TypeError:
+            _fail(f"{call} should return a set of pairs (a, b), got {type(answer).__name__}")
+        expected = supported_orderings(losses)
+        if result == expected:
+            continue
+        for mistake, explanation in _ordering_mistakes(losses):
+            if result == mistake:
+                _fail(f"{call} returned {sorted(result)}: {explanation}")
+        _fail(
+            f"{call} returned {sorted(result)}, expected {sorted(expected)}: a pair (a, b) "
+            f"belongs in the set when mean_a + 2 se_a < mean_b - 2 se_b"
+        )
+    _succeed("a pair is ranked only when the intervals mean +- 2 standard errors are apart")
+
+
 __all__ = [
     "ExerciseError",
     "check_alibi_slopes",
@@ -678,5 +745,6 @@ __all__ = [
     "check_previous_share",
     "check_repeat_kv",
     "check_rope",
+    "check_supported_orderings",
     "check_window_mask",
 ]

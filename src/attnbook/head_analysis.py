@@ -4,7 +4,14 @@ Everything here reads a model through its public interface: ``attention_weights(
 (L, B, H, T, T) and ``forward(tokens, head_mask=...)`` with gates of shape (L, H), Michel et
 al.'s xi (1 keeps a head, 0 removes it). Weights follow the book's convention: queries as rows,
 keys as columns, causal (query i sees keys 0..i).
+
+:func:`seed_spread` and :func:`supported_orderings` compare configurations trained with several
+seeds, such as head counts: mean, sample standard deviation, and which rankings the spread
+supports.
 """
+
+import math
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -163,3 +170,34 @@ def order_by(scores: Tensor, *, descending: bool = False) -> list[tuple[int, int
     flat = scores.flatten().argsort(descending=descending, stable=True).tolist()
     n_heads = scores.size(1)
     return [(index // n_heads, index % n_heads) for index in flat]
+
+
+def seed_spread(losses: dict) -> dict:
+    """Per configuration: (mean, sample standard deviation, standard error) of its seeds' losses.
+
+    ``losses`` maps a configuration (a head count, say) to its per-seed values, at least two
+    each. The standard deviation divides by n - 1; the standard error is it over sqrt(n).
+    """
+    for key, values in losses.items():
+        if len(values) < 2:
+            raise ValueError(
+                f"losses: configuration {key!r} needs at least 2 seeds for a spread, got "
+                f"{len(values)}"
+            )
+    spread = {}
+    for key, values in losses.items():
+        deviation = statistics.stdev(values)
+        spread[key] = (statistics.fmean(values), deviation, deviation / math.sqrt(len(values)))
+    return spread
+
+
+def supported_orderings(losses: dict, n_standard_errors: float = 2.0) -> set[tuple]:
+    """Pairs (a, b) where a's loss is lower than b's beyond the spread over seeds.
+
+    The rule: mean_a + k se_a < mean_b - k se_b for k = ``n_standard_errors``, that is, the
+    intervals mean +- k standard errors do not overlap. ``losses`` as for :func:`seed_spread`.
+    """
+    spread = seed_spread(losses)
+    upper = {key: mean + n_standard_errors * error for key, (mean, _, error) in spread.items()}
+    lower = {key: mean - n_standard_errors * error for key, (mean, _, error) in spread.items()}
+    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
