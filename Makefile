@@ -21,7 +21,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 		{ echo "$(PYTHON) is older than Python 3.11, which attnbook requires (pyproject.toml)"; \
 		  echo "Install Python 3.11 or newer, or run: make PYTHON=/path/to/python3.11 test"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
 	touch $@
 
 ## notebooks: re-execute every chapter in place so the committed outputs are fresh
