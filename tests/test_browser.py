@@ -4,7 +4,8 @@ Serves ``_build/html`` on 127.0.0.1 and blocks every other request, so a page th
 fails here. For each page of the table of contents: no console errors, every image loaded,
 math typeset by the bundled MathJax (no raw TeX left), code cells and outputs on chapter pages,
 a sidebar that links to every page; the search page finds "attention". A screenshot of each
-page goes to ``_build/screenshots/``.
+page's first screen goes to ``_build/screenshots/`` (a full-page one costs about 3 s a page,
+most of the test's time).
 
 Needs Debian's Chromium (``make test`` installs it when it runs as root; ``CHROMIUM`` names
 another Chromium or Chrome) and Playwright for Python, driving that browser: no browser is
@@ -170,7 +171,7 @@ def test_page_reads_offline(server, offline_page, page_path):
     page.evaluate(WAIT_FOR_IMAGES_AND_MATH)
     facts = page.evaluate(PAGE_FACTS)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=SCREENSHOTS / (page_path.replace("/", "_")[:-5] + ".png"), full_page=True)
+    page.screenshot(path=SCREENSHOTS / (page_path.replace("/", "_")[:-5] + ".png"))
 
     assert not blocked, f"{page_path} asked for something off this machine: {blocked}"
     assert not errors, f"{page_path}: console errors {errors}"
