@@ -13,8 +13,6 @@ machine.
 """
 
 import argparse
-import io
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,7 @@ from attnbook.capstone import (
     count_parameters,
     train_capstone_model,
 )
-from attnbook.shipped import sha256_of
+from attnbook.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -76,9 +74,6 @@ def main() -> None:
     start = time.perf_counter()
     states, entries, vocabulary = train_all(args.steps)
     seconds = time.perf_counter() - start
-    buffer = io.BytesIO()
-    torch.save(states, buffer)
-    weights = buffer.getvalue()
     config = capstone_config(len(vocabulary))
     if args.steps is not None:
         config["training"] = dict(config["training"], steps=args.steps)
@@ -89,16 +84,12 @@ def main() -> None:
         "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
         "optimiser": optimiser_settings(config["training"]["lr"]),
         "variants": entries,
-        "sha256": sha256_of(weights),
-        "bytes": len(weights),
         "torch_version": torch.__version__,
         "threads": 1,
         "training_seconds": round(seconds, 1),
     }
-    args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / WEIGHTS).write_bytes(weights)
-    (args.output / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"wrote {args.output / WEIGHTS} ({len(weights):,} bytes) in {seconds:.0f} s")
+    size = write_shipped(args.output, WEIGHTS, states, MANIFEST, manifest)
+    print(f"wrote {args.output / WEIGHTS} ({size:,} bytes) in {seconds:.0f} s")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ changes the sums' order and so the last digits.
 """
 
 import argparse
-import io
-import json
 import math
 import sys
 import time
@@ -31,7 +29,7 @@ from attnbook import (
     train_validation_split,
 )
 from attnbook.reference_model import MANIFEST, WEIGHTS, build_reference_decoder
-from attnbook.shipped import sha256_of
+from attnbook.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MODEL = {"d_model": 128, "n_heads": 8, "n_layers": 4, "max_len": 128}
@@ -110,9 +108,6 @@ def main() -> None:
     start = time.perf_counter()
     model, vocabulary, curve = train(args.steps, args.batch_size, args.seed, args.eval_every)
     seconds = time.perf_counter() - start
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    weights = buffer.getvalue()
     manifest = {
         "made_by": " ".join(["python scripts/train_reference_model.py", *sys.argv[1:]]),
         "config": {"vocab_size": len(vocabulary), **MODEL},
@@ -125,16 +120,12 @@ def main() -> None:
         "validation": VALIDATION,
         "validation_loss": curve["validation_loss"][-1],
         "curve": curve,
-        "sha256": sha256_of(weights),
-        "bytes": len(weights),
         "torch_version": torch.__version__,
         "threads": args.threads,
         "training_seconds": round(seconds, 1),
     }
-    args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / WEIGHTS).write_bytes(weights)
-    (args.output / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"wrote {args.output / WEIGHTS} ({len(weights):,} bytes) in {seconds:.0f} s")
+    size = write_shipped(args.output, WEIGHTS, model.state_dict(), MANIFEST, manifest)
+    print(f"wrote {args.output / WEIGHTS} ({size:,} bytes) in {seconds:.0f} s")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ that regenerates the file.
 
 import hashlib
 import io
+import json
 from importlib.resources import files
+from pathlib import Path
 
 import torch
 
@@ -48,3 +50,21 @@ def check_sha256(name: str, data: bytes, expected: str, regenerate: str) -> None
 def read_state_dict(data: bytes) -> dict:
     """A state dict (or a dict of them) from ``torch.save``'d bytes, tensors on the CPU."""
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def write_shipped(
+    directory: Path, weights_name: str, state: dict, manifest_name: str, manifest: dict
+) -> int:
+    """Save ``state`` as ``weights_name`` and ``manifest`` as ``manifest_name`` in ``directory``.
+
+    The manifest gets the weights' ``sha256`` and ``bytes`` added, as the loaders check them.
+    Returns the size of the weights in bytes.
+    """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    weights = buffer.getvalue()
+    manifest = {**manifest, "sha256": sha256_of(weights), "bytes": len(weights)}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / weights_name).write_bytes(weights)
+    (directory / manifest_name).write_text(json.dumps(manifest, indent=1) + "\n")
+    return len(weights)
