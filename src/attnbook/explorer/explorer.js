@@ -171,11 +171,11 @@
       return button;
     }
 
-    function describeCell(q, k) {
+    function describe(q, k, relation) {
       readout.textContent = "";
       readout.appendChild(document.createTextNode("query "));
       readout.appendChild(make("b", "attnx-rq", data.queryTokens[q]));
-      readout.appendChild(document.createTextNode(" (row " + q + ") \u2192 key "));
+      readout.appendChild(document.createTextNode(" (row " + q + ")" + relation));
       readout.appendChild(make("b", "attnx-rk", data.keyTokens[k]));
       readout.appendChild(document.createTextNode(" (column " + k + "): weight "));
       readout.appendChild(make("b", "attnx-rw", format(weight(state.layer, state.head, q, k))));
@@ -183,21 +183,18 @@
       readout.setAttribute("data-k", k);
     }
 
+    function describeCell(q, k) {
+      describe(q, k, " \u2192 key ");
+    }
+
     function describeQuery(q) {
       var best = 0;
       for (var k = 1; k < S; k++) {
-        var w = weight(state.layer, state.head, q, k);
-        if (w > weight(state.layer, state.head, q, best)) best = k;
+        if (weight(state.layer, state.head, q, k) > weight(state.layer, state.head, q, best)) {
+          best = k;
+        }
       }
-      readout.textContent = "";
-      readout.appendChild(document.createTextNode("query "));
-      readout.appendChild(make("b", "attnx-rq", data.queryTokens[q]));
-      readout.appendChild(document.createTextNode(" (row " + q + ") looks most at key "));
-      readout.appendChild(make("b", "attnx-rk", data.keyTokens[best]));
-      readout.appendChild(document.createTextNode(" (column " + best + "): weight "));
-      readout.appendChild(make("b", "attnx-rw", format(weight(state.layer, state.head, q, best))));
-      readout.setAttribute("data-q", q);
-      readout.setAttribute("data-k", best);
+      describe(q, best, " looks most at key ");
     }
 
     function describeSelection() {
