@@ -604,3 +604,21 @@ def in_float64(fn):
 @pytest.mark.parametrize("name", ["check_concat_scores", "check_online_logsumexp", "check_rope"])
 def test_an_answer_computed_in_float64_is_accepted(name, capsys):
     expect_success(getattr(exercises, name), in_float64(SOLUTIONS[name]), capsys)
+
+
+def stub(*args):
+    """What a learner's cell holds before the exercise is attempted."""
+    raise NotImplementedError("exercise: write this function")
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_checking_the_stub_says_not_attempted_instead_of_failing(name, capsys):
+    getattr(exercises, name)(stub)
+    assert capsys.readouterr().out.startswith("Not attempted yet: stub still raises")
+
+
+def test_a_wrong_answer_that_raises_something_else_still_fails():
+    def broken(T, width):
+        raise RuntimeError("oops")
+
+    expect_message(exercises.check_window_mask, broken, "raised RuntimeError: oops")

@@ -12,6 +12,8 @@ from attnbook import (
     get_device,
     plot_attention,
     plot_heads,
+    plot_mask,
+    plot_scores,
     record,
     scaled_dot_product_attention,
     set_seed,
@@ -65,6 +67,30 @@ def test_plot_attention_follows_the_convention():
     assert [t.get_text() for t in ax.get_xticklabels()] == list("wxyz")
     assert len(ax.figure.axes) == 2  # the heatmap and its colorbar
     matplotlib.pyplot.close(ax.figure)
+
+
+def test_plot_scores_is_diverging_and_symmetric_about_zero():
+    scores = torch.tensor([[-3.0, 1.0, float("-inf")], [0.5, 2.0, -1.0]])
+    ax = plot_scores(scores, list("ab"), list("xyz"))
+    image = ax.get_images()[0]
+    assert image.get_clim() == (-3.0, 3.0)  # the largest finite magnitude, both ways
+    assert image.get_array().mask[0, 2]  # -inf drawn as "masked", not clipped
+    assert image.get_cmap().name.startswith("RdBu_r")
+    assert ax.figure.axes[1].get_ylabel() == "score"
+    assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
+    matplotlib.pyplot.close(ax.figure)
+
+
+def test_plot_mask_draws_two_colours_and_refuses_non_boolean_masks():
+    mask = torch.tensor([[True, False], [True, True]])
+    ax = plot_mask(mask, list("ab"), list("xy"))
+    colorbar = ax.get_images()[0].colorbar
+    assert [t.get_text() for t in colorbar.ax.get_yticklabels()] == ["False", "True"]
+    assert colorbar.ax.get_ylabel() == "may attend"
+    assert ax.get_images()[0].get_array().tolist() == [[1, 0], [1, 1]]
+    matplotlib.pyplot.close(ax.figure)
+    with pytest.raises(ValueError, match="mask: expected a boolean mask"):
+        plot_mask(mask.float())
 
 
 def test_plot_heads_shares_one_colour_scale():

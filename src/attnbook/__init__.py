@@ -29,7 +29,7 @@ from attnbook.lm_training import (
 from attnbook.masks import causal_mask, padding_mask
 from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
-from attnbook.plotting import plot_attention, plot_heads, use_book_style
+from attnbook.plotting import plot_attention, plot_heads, plot_mask, plot_scores, use_book_style
 from attnbook.positions import (
     alibi_bias,
     alibi_slopes,
@@ -112,6 +112,8 @@ __all__ = [
     "padding_mask",
     "plot_attention",
     "plot_heads",
+    "plot_mask",
+    "plot_scores",
     "random_batch",
     "record",
     "repeat_kv",

@@ -1,9 +1,11 @@
 """Checkers for the chapters' exercises: each takes the reader's function and tests it.
 
-A checker prints one line starting with ``Correct:`` when the function is right. When it is
-not, it raises :class:`ExerciseError` (an ``AssertionError``) whose message says in plain words
-what is wrong, for example ``window_mask(6, 2): row 3 may attend to key 5, which is in its
-future``. Checkers never change the reader's function or the global random state.
+A checker prints one line starting with ``Correct:`` when the function is right, and one
+starting with ``Not attempted yet:`` when it is still the chapter's stub (it raises
+``NotImplementedError``). When it is wrong, it raises :class:`ExerciseError` (an
+``AssertionError``) whose message says in plain words what is wrong, for example
+``window_mask(6, 2): row 3 may attend to key 5, which is in its future``. Checkers never
+change the reader's function or the global random state.
 
 Guide for a new checker: name it ``check_<what the reader writes>(fn)``; call ``fn`` on a few
 small cases, including edge cases; compare with a reference computed here; for the first
@@ -42,7 +44,7 @@ def _succeed(message: str) -> None:
 def _call(fn: Callable, call: str, *args):
     try:
         return fn(*args)
-    except ExerciseError:
+    except (ExerciseError, NotImplementedError):
         raise
     except Exception as error:  # the reader's code failed: say where, keep the cause attached
         raise ExerciseError(f"{call} raised {type(error).__name__}: {error}") from error
@@ -77,13 +79,28 @@ def _close(result: Tensor, expected: Tensor, *, atol: float, rtol: float = 1e-5)
     return torch.allclose(result.double(), expected.double(), atol=atol, rtol=rtol)
 
 
+def _not_attempted(fn: Callable) -> None:
+    name = getattr(fn, "__name__", "your answer")
+    print(
+        f"Not attempted yet: {name} still raises NotImplementedError. Write its body in the "
+        "cell above, run that cell, then run this check again."
+    )
+
+
 def _checker(check: Callable[[Callable], None]) -> Callable[[Callable], None]:
-    """Run ``check`` on a fork of the global random state: the reader's state stays as it was."""
+    """Run ``check`` on a fork of the global random state: the reader's state stays as it was.
+
+    A learner's cell starts as a stub that raises ``NotImplementedError``; checking the stub
+    prints that the exercise has not been attempted yet instead of failing.
+    """
 
     @functools.wraps(check)
     def run(fn: Callable) -> None:
         with torch.random.fork_rng():
-            check(fn)
+            try:
+                check(fn)
+            except NotImplementedError:
+                _not_attempted(fn)
 
     return run
 

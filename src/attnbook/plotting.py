@@ -1,8 +1,10 @@
 """Attention heatmaps in the book's one convention.
 
 Queries are rows and keys are columns, the origin is the top-left corner (query 0, key 0),
-tokens label the axes, and a colorbar gives the weight scale. The colormap is viridis, which
-reads in greyscale and for colour-blind readers.
+tokens label the axes, and a colorbar gives the scale. Weights (:func:`plot_attention`) use
+viridis, which reads in greyscale and for colour-blind readers; raw scores (:func:`plot_scores`)
+use a diverging red-blue scale centred on zero, since they can be negative; boolean masks
+(:func:`plot_mask`) use two colours.
 
 :func:`use_book_style` gives every figure of the book one look: readable font sizes and the
 Okabe-Ito line colours, which stay distinct for colour-blind readers and contain no grey (the
@@ -17,12 +19,15 @@ import numpy as np
 import torch
 from cycler import cycler
 from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from attnbook._checks import check_int
 
 CMAP = "viridis"
+SCORE_CMAP = "RdBu_r"
 CELL_INCHES = 0.45
+MASK_CMAP = ListedColormap(["#f0f0f0", "#0072B2"])
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
 BOOK_STYLE = {
     "axes.prop_cycle": cycler(color=OKABE_ITO),
@@ -71,6 +76,31 @@ def _label_axes(ax: Axes, query_labels, key_labels, *, show_x: bool, show_y: boo
         ax.set_ylabel("query")
 
 
+def _heatmap(
+    matrix: np.ndarray,
+    query_labels: Sequence[str] | None,
+    key_labels: Sequence[str] | None,
+    *,
+    ax: Axes | None,
+    title: str | None,
+    image_options: dict,
+    colorbar_label: str,
+) -> Axes:
+    """One (T, S) matrix in the book's convention, with the given colour scale and label."""
+    _check_labels("query_labels", query_labels, matrix.shape[0], "query row")
+    _check_labels("key_labels", key_labels, matrix.shape[1], "key column")
+    if ax is None:
+        width = max(3.0, CELL_INCHES * matrix.shape[1] + 1.5)
+        height = max(2.5, CELL_INCHES * matrix.shape[0] + 0.8)
+        _, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    image = ax.imshow(matrix, origin="upper", **image_options)
+    ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+    _label_axes(ax, query_labels, key_labels, show_x=True, show_y=True)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
 def plot_attention(
     weights: torch.Tensor | np.ndarray,
     query_labels: Sequence[str] | None = None,
@@ -81,17 +111,76 @@ def plot_attention(
 ) -> Axes:
     """Draw one (T, S) weight matrix: query t is row t, key s is column s. Returns the axes."""
     matrix = _as_array(weights, "weights", 2, "(T, S)")
-    _check_labels("query_labels", query_labels, matrix.shape[0], "query row")
-    _check_labels("key_labels", key_labels, matrix.shape[1], "key column")
-    if ax is None:
-        width = max(3.0, CELL_INCHES * matrix.shape[1] + 1.5)
-        height = max(2.5, CELL_INCHES * matrix.shape[0] + 0.8)
-        _, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    image = ax.imshow(matrix, cmap=CMAP, vmin=0.0, origin="upper")
-    ax.figure.colorbar(image, ax=ax, label="attention weight")
-    _label_axes(ax, query_labels, key_labels, show_x=True, show_y=True)
-    if title:
-        ax.set_title(title)
+    options = {"cmap": CMAP, "vmin": 0.0}
+    return _heatmap(
+        matrix,
+        query_labels,
+        key_labels,
+        ax=ax,
+        title=title,
+        image_options=options,
+        colorbar_label="attention weight",
+    )
+
+
+def plot_scores(
+    scores: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    label: str = "score",
+) -> Axes:
+    """Draw one (T, S) matrix of raw scores on a diverging scale centred on zero.
+
+    Scores are not weights: they can be negative and do not sum to one, so they get a
+    red-blue colormap symmetric about 0 and their own colorbar ``label``. Masked (-inf)
+    entries are drawn in grey. Returns the axes.
+    """
+    matrix = _as_array(scores, "scores", 2, "(T, S)")
+    finite = matrix[np.isfinite(matrix)]
+    limit = float(np.abs(finite).max()) if finite.size else 1.0
+    limit = limit if limit > 0 else 1.0
+    cmap = plt.get_cmap(SCORE_CMAP).with_extremes(bad="lightgrey")
+    masked = np.ma.masked_invalid(matrix)
+    options = {"cmap": cmap, "vmin": -limit, "vmax": limit}
+    return _heatmap(
+        masked,
+        query_labels,
+        key_labels,
+        ax=ax,
+        title=title,
+        image_options=options,
+        colorbar_label=label,
+    )
+
+
+def plot_mask(
+    mask: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw one (T, S) boolean mask (True = may attend) in two colours with a two-tick colorbar."""
+    dtype = mask.dtype if torch.is_tensor(mask) else np.asarray(mask).dtype
+    if dtype not in (torch.bool, np.bool_):
+        raise ValueError(f"mask: expected a boolean mask (True = may attend), got dtype {dtype}")
+    matrix = _as_array(mask, "mask", 2, "(T, S)")
+    options = {"cmap": MASK_CMAP, "vmin": 0, "vmax": 1}
+    ax = _heatmap(
+        matrix.astype(np.int8),
+        query_labels,
+        key_labels,
+        ax=ax,
+        title=title,
+        image_options=options,
+        colorbar_label="may attend",
+    )
+    colorbar = ax.images[-1].colorbar
+    colorbar.set_ticks([0.25, 0.75], labels=["False", "True"])
     return ax
 
 

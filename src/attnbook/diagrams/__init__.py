@@ -1,0 +1,8 @@
+"""Schematic diagrams of the book, drawn by code in the book's figure style.
+
+Each function draws one diagram and returns its :class:`~matplotlib.figure.Figure`; it takes
+only keyword arguments with defaults, so ``diagram()`` draws the chapter's figure. The shared
+primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.diagrams._draw`.
+"""
+
+__all__: list[str] = []
