@@ -1,5 +1,7 @@
 """Encoder, plain and attention decoders, greedy decoding and the training loop."""
 
+import json
+
 import pytest
 import torch
 from helpers import raises
@@ -8,12 +10,20 @@ from attnbook import (
     Seq2Seq,
     encode_words,
     greedy_decode,
+    load_reversal_models,
     reversal_batch,
+    seq2seq_training,
     set_seed,
     shift_right,
     token_accuracy,
     trace_shapes,
     train_seq2seq,
+)
+from attnbook.seq2seq_training import (
+    REVERSAL_CONFIG,
+    REVERSAL_MANIFEST,
+    REVERSAL_WEIGHTS,
+    train_reversal_model,
 )
 from attnbook.tasks import BOS, EOS, PAD, VOCAB
 
@@ -137,3 +147,88 @@ def test_greedy_max_len_must_be_positive():
 def test_train_steps_must_be_positive():
     with raises("steps: expected a positive int, got 0"):
         train_seq2seq(model(True), lambda: None, 0)
+
+
+# Chapter 1's shipped models and the partial run that checks them.
+
+
+def test_stop_after_runs_a_prefix_of_the_full_schedule():
+    def run(stop_after):
+        net = model(attention=True)
+        generator = torch.Generator().manual_seed(0)
+        next_batch = lambda: reversal_batch(8, 2, 4, generator=generator)  # noqa: E731
+        return net, train_seq2seq(net, next_batch, 6, stop_after=stop_after)
+
+    full_net, full = run(None)
+    part_net, part = run(3)
+    assert len(full) == 6 and part == full[:3]
+    assert not part_net.training
+    assert not torch.equal(full_net.decoder.out.weight, part_net.decoder.out.weight)
+
+
+@pytest.mark.parametrize("stop_after", [0, 7, 2.5, True])
+def test_stop_after_must_lie_within_the_schedule(stop_after):
+    with raises("stop_after: expected an int in [1, 6]"):
+        train_seq2seq(model(True), lambda: None, 6, stop_after=stop_after)
+
+
+def test_the_shipped_reversal_models_load_and_match_their_manifest():
+    shipped = load_reversal_models()
+    assert set(shipped.models) == {"plain", "attention"}
+    assert shipped.manifest["config"] == REVERSAL_CONFIG
+    for name, history in shipped.losses.items():
+        assert len(history) == REVERSAL_CONFIG["steps"] and history[0] > 3.0
+        assert not shipped.models[name].training
+    assert sum(shipped.losses["attention"][-20:]) / 20 < 0.3
+    test = reversal_batch(50, 5, 5, generator=torch.Generator().manual_seed(1))
+    assert token_accuracy(shipped.models["attention"], test) > 0.95
+
+
+def test_a_short_live_run_repeats_the_shipped_losses():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the script trained
+    try:
+        _, losses = train_reversal_model(attention=False, stop_after=3)
+    finally:
+        torch.set_num_threads(threads)
+    shipped = load_reversal_models().losses["plain"][:3]
+    assert max(abs(a - b) for a, b in zip(losses, shipped, strict=True)) < 1e-4
+
+
+def _shipped_with(monkeypatch, name, data):
+    real = seq2seq_training.read_shipped
+    fake = lambda file, regenerate: data if file == name else real(file, regenerate)  # noqa: E731
+    monkeypatch.setattr(seq2seq_training, "read_shipped", fake)
+
+
+def test_changed_weights_are_refused(monkeypatch):
+    weights = seq2seq_training.read_shipped(REVERSAL_WEIGHTS, "")
+    _shipped_with(monkeypatch, REVERSAL_WEIGHTS, weights[:-1] + bytes([weights[-1] ^ 1]))
+    with raises("differs from the manifest's"):
+        load_reversal_models()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b'{"config": {', "is not a complete manifest (JSONDecodeError"),
+        (b'{"config": {}, "sha256": "0"}', "is not a complete manifest (KeyError"),
+        (b"[]", "is not a complete manifest (TypeError"),
+    ],
+)
+def test_a_broken_manifest_names_the_script(monkeypatch, text, message):
+    _shipped_with(monkeypatch, REVERSAL_MANIFEST, text)
+    with raises(message):
+        load_reversal_models()
+    try:
+        load_reversal_models()
+    except ValueError as error:
+        assert "python scripts/train_reversal_models.py" in str(error)
+
+
+def test_a_manifest_with_other_settings_is_refused(monkeypatch):
+    manifest = json.loads(seq2seq_training.read_shipped(REVERSAL_MANIFEST, ""))
+    manifest["config"] = dict(manifest["config"], steps=301)
+    _shipped_with(monkeypatch, REVERSAL_MANIFEST, json.dumps(manifest).encode())
+    with raises("differs from the library's"):
+        load_reversal_models()

@@ -137,3 +137,8 @@ __all__ = [
     "train_validation_split",
     "use_book_style",
 ]
+
+# Chapter 1's shipped models (the ch00_03 round).
+from attnbook.seq2seq_training import load_reversal_models  # noqa: E402
+
+__all__ += ["load_reversal_models"]

@@ -6,3 +6,9 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.diagrams._draw`
 """
 
 __all__: list[str] = []
+
+# Chapter 1 and chapter 3 (the ch00_03 round).
+from attnbook.diagrams.dataflow import self_attention_dataflow  # noqa: E402
+from attnbook.diagrams.seq2seq import seq2seq_decoders  # noqa: E402
+
+__all__ += ["seq2seq_decoders", "self_attention_dataflow"]
