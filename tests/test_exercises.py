@@ -622,3 +622,25 @@ def test_a_wrong_answer_that_raises_something_else_still_fails():
         raise RuntimeError("oops")
 
     expect_message(exercises.check_window_mask, broken, "raised RuntimeError: oops")
+
+
+# Chapter 2: scale_for (the ch00_03 round).
+
+
+def scale_for(d, sigma):
+    return 1.0 / (sigma**2 * math.sqrt(d))
+
+
+SOLUTIONS["check_scale_for"] = scale_for
+
+
+def test_check_scale_for(capsys):
+    check = exercises.check_scale_for
+    expect_success(check, scale_for, capsys)
+    expect_success(check, lambda d, sigma: torch.tensor(scale_for(d, sigma)), capsys)
+    expect_message(
+        check, lambda d, sigma: 1 / (sigma * math.sqrt(d)), "variance sigma^4, not sigma^2"
+    )
+    expect_message(check, lambda d, sigma: 1 / math.sqrt(d), "sigma changes the variance too")
+    expect_message(check, lambda d, sigma: 1 / d, "scale_for(16, 0.5) returned 0.0625")
+    expect_message(check, lambda d, sigma: "1", "should return a number, got '1'")

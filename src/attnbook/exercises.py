@@ -765,3 +765,35 @@ __all__ = [
     "check_supported_orderings",
     "check_window_mask",
 ]
+
+
+# Chapter 2: the scale that gives scores of variance 1 when q and k have variance sigma^2.
+
+
+@_checker
+def check_scale_for(fn: Callable[[int, float], float]) -> None:
+    """``fn(d, sigma)``: the factor that gives q . k variance 1 when q, k have variance sigma^2."""
+    for width, sigma in [(16, 0.5), (64, 1.0), (256, 3.0), (2, 2.0)]:
+        call = f"scale_for({width}, {sigma})"
+        answer = _call(fn, call, width, sigma)
+        if torch.is_tensor(answer) and answer.numel() == 1:
+            answer = answer.item()
+        if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+            _fail(f"{call} should return a number, got {answer!r}")
+        expected = 1.0 / (sigma**2 * math.sqrt(width))
+        if math.isclose(answer, expected, rel_tol=1e-6):
+            continue
+        variance = (answer * sigma**2) ** 2 * width  # of the scaled score, exactly
+        hint = ""
+        if math.isclose(answer, 1.0 / (sigma * math.sqrt(width)), rel_tol=1e-6):
+            hint = ": each product q_i k_i has variance sigma^4, not sigma^2"
+        elif math.isclose(answer, 1.0 / math.sqrt(width), rel_tol=1e-6):
+            hint = ": that is the unit-variance scale; sigma changes the variance too"
+        _fail(
+            f"{call} returned {answer:.4g}, which gives the scaled scores variance "
+            f"{variance:.4g} instead of 1{hint}"
+        )
+    _succeed("q . k has variance d sigma^4, so the scale is 1 / (sigma^2 sqrt(d))")
+
+
+__all__ += ["check_scale_for"]

@@ -109,14 +109,14 @@ class AdditiveScore(nn.Module):
 
     def _score(self, query: Tensor, key: Tensor) -> Tensor:
         """The arithmetic of :meth:`forward`, for callers that have checked their inputs."""
-        projected_query = self.W_q(query)  # (..., T, hidden)
-        projected_key = self.W_k(key)  # (..., S, hidden)
-        record("W_q q", projected_query, "... T hidden", "each query projected once")
-        record("W_k k", projected_key, "... S hidden", "each key projected once")
+        projected_query = self.W_q(query)  # (..., T, d_attn)
+        projected_key = self.W_k(key)  # (..., S, d_attn)
+        record("W_q q", projected_query, "... T d_attn", "each query projected once")
+        record("W_k k", projected_key, "... S d_attn", "each key projected once")
         features = torch.tanh(
             projected_query.unsqueeze(-2) + projected_key.unsqueeze(-3)
-        )  # (..., T, S, hidden)
-        record("features", features, "... T S hidden", "tanh(W_q q + W_k k) for every pair")
+        )  # (..., T, S, d_attn)
+        record("features", features, "... T S d_attn", "tanh(W_q q + W_k k) for every pair")
         scores = self.v(features).squeeze(-1)  # (..., T, S)
         record("additive scores", scores, "... T S", "v^T features for every pair")
         return scores
