@@ -6,3 +6,8 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.diagrams._draw`
 """
 
 __all__: list[str] = []
+
+# Chapter 5: the head split.
+from attnbook.diagrams.heads import head_split  # noqa: E402
+
+__all__ += ["head_split"]
