@@ -644,3 +644,53 @@ def test_check_scale_for(capsys):
     expect_message(check, lambda d, sigma: 1 / math.sqrt(d), "sigma changes the variance too")
     expect_message(check, lambda d, sigma: 1 / d, "scale_for(16, 0.5) returned 0.0625")
     expect_message(check, lambda d, sigma: "1", "should return a number, got '1'")
+
+
+# Chapter 5: without_head
+
+
+def without_head(attention, h):
+    import copy
+
+    pruned = copy.deepcopy(attention)
+    d_head = attention.head_dim
+    with torch.no_grad():
+        pruned.out_proj.weight[:, h * d_head : (h + 1) * d_head] = 0.0
+    return pruned
+
+
+def test_without_head(capsys):
+    import copy
+
+    check = exercises.check_without_head
+    expect_success(check, without_head, capsys)
+
+    def in_place(attention, h):
+        d_head = attention.head_dim
+        with torch.no_grad():
+            attention.out_proj.weight[:, h * d_head : (h + 1) * d_head] = 0.0
+        return attention
+
+    def zero_rows(attention, h):
+        pruned, d_head = copy.deepcopy(attention), attention.head_dim
+        with torch.no_grad():
+            pruned.out_proj.weight[h * d_head : (h + 1) * d_head] = 0.0
+        return pruned
+
+    def bias_too(attention, h):
+        pruned = without_head(attention, h)
+        with torch.no_grad():
+            pruned.out_proj.bias.zero_()
+        return pruned
+
+    def next_head(attention, h):
+        return without_head(attention, (h + 1) % attention.n_heads)
+
+    expect_message(check, in_place, "changed the layer it was given (out_proj.weight)")
+    expect_message(check, zero_rows, "rows 0 to 3 of out_proj.weight were zeroed")
+    expect_message(check, bias_too, "out_proj.bias changed")
+    expect_message(check, next_head, "head 0 is read by columns 0 to 3")
+    expect_message(check, lambda attention, h: 3, "should return a MultiHeadAttention, got int")
+
+
+SOLUTIONS["check_without_head"] = without_head

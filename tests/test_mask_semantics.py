@@ -127,3 +127,35 @@ def test_module_dropout_rows_sum_to_one_in_eval_mode():
 def test_causal_mask_counts_t_times_t_plus_one_over_two():
     for length in (1, 2, 7, 64):
         assert int(causal_mask(length).sum()) == length * (length + 1) // 2
+
+
+def test_renormalising_after_the_softmax_underflows_where_masking_first_does_not():
+    scores = torch.tensor([[0.0, 200.0]])  # (T, S): the blocked key dominates
+    keep = torch.tensor([[True, False]])  # (T, S)
+    kept = torch.softmax(scores, dim=-1) * keep
+    assert torch.isnan(kept / kept.sum(dim=-1, keepdim=True)).all()
+    assert torch.equal(masked_softmax(scores, keep), torch.tensor([[1.0, 0.0]]))
+
+
+@pytest.mark.parametrize(
+    ("training", "need_weights", "nan"),
+    [(False, True, True), (False, False, True), (True, True, True), (True, False, False)],
+)
+def test_nn_multihead_empty_rows_are_nan_except_on_its_sdpa_path(training, need_weights, nan):
+    """Chapter 4's claim on the pinned torch: NaN on the fast path and with weights, else finite."""
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, batch_first=True).train(training)
+    x = torch.randn(len(LENGTHS), MAX_LEN, D_MODEL)
+    keep = padding_mask(LENGTHS, MAX_LEN, side="left")  # (B, S)
+    with torch.no_grad():
+        out, _ = theirs(
+            x,
+            x,
+            x,
+            attn_mask=~causal_mask(MAX_LEN),
+            key_padding_mask=~keep,
+            need_weights=need_weights,
+        )  # (B, T, D)
+    empty_rows = ~(keep[:, None, :] & causal_mask(MAX_LEN)).any(dim=-1)  # (B, T)
+    assert bool(torch.isnan(out[empty_rows]).all()) is nan
+    assert not torch.isnan(out[~empty_rows]).any()

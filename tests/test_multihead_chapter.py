@@ -163,3 +163,39 @@ def test_scale_uses_the_head_width_not_the_model_width():
     k = split_heads(ours.k_proj(x), N_HEADS)
     expected = (q @ k.transpose(-2, -1) / math.sqrt(HEAD_DIM)).softmax(dim=-1)
     torch.testing.assert_close(weights, expected)
+
+
+def ten_line_multi_head(x, attention, n_heads):
+    """Chapter 5's clean batched multi-head function, as printed there."""
+    batch_size, length, width = x.shape
+    d_head = width // n_heads
+    q = attention.q_proj(x).view(batch_size, length, n_heads, d_head).transpose(1, 2)
+    k = attention.k_proj(x).view(batch_size, length, n_heads, d_head).transpose(1, 2)
+    v = attention.v_proj(x).view(batch_size, length, n_heads, d_head).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)  # (B, H, T, S)
+    heads = scores.softmax(dim=-1) @ v  # (B, H, T, d_head)
+    merged = heads.transpose(1, 2).reshape(batch_size, length, width)  # (B, T, D)
+    return attention.out_proj(merged)  # (B, T, D)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_ten_line_function_equals_the_module_and_nn_multihead(device):
+    ours, theirs = make_pair(device)
+    x = seeded_randn(2, 5, D_MODEL, device=device)
+    with torch.no_grad():
+        clean = ten_line_multi_head(x, ours, N_HEADS)
+        torch.testing.assert_close(clean, ours(x)[0])
+        torch.testing.assert_close(clean, theirs(x, x, x, need_weights=False)[0])
+
+
+def test_the_chapter_prints_the_ten_line_function_tested_here():
+    import inspect
+    import json
+    import pathlib
+
+    notebook = pathlib.Path(__file__).resolve().parents[1] / "book" / "05_multi_head.ipynb"
+    sources = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]]
+    printed = next(s for s in sources if s.startswith("def multi_head("))
+    body = inspect.getsource(ten_line_multi_head).split('"""', 2)[2]
+    statements = [line.strip() for line in body.splitlines() if line.strip()]
+    assert all(statement in printed for statement in statements)

@@ -746,6 +746,72 @@ def check_supported_orderings(fn: Callable[[dict], set]) -> None:
     _succeed("a pair is ranked only when the intervals mean +- 2 standard errors are apart")
 
 
+# Chapter 5: removing one head by zeroing the columns of W_o that read it.
+
+
+def _without_head_hint(pruned: nn.Module, original: nn.Module, h: int, head_width: int) -> str:
+    """Name the usual mistake, judged from what the answer did to ``out_proj``."""
+    weight, bias = pruned.out_proj.weight, pruned.out_proj.bias
+    columns = slice(h * head_width, (h + 1) * head_width)
+    if not torch.equal(bias, original.out_proj.bias):
+        return (
+            "out_proj.bias changed: the bias is added after the heads are mixed and belongs to "
+            "no head, so removing a head leaves it as it is"
+        )
+    if torch.equal(weight[columns], torch.zeros_like(weight[columns])) and not torch.equal(
+        weight[:, columns], torch.zeros_like(weight[:, columns])
+    ):
+        return (
+            f"rows {h * head_width} to {(h + 1) * head_width - 1} of out_proj.weight were zeroed: "
+            "a weight is stored as (out features, in features), and head h is an *input* of "
+            "W_o, so zero its columns, out_proj.weight[:, h * d_head:(h + 1) * d_head]"
+        )
+    zero_columns = [c for c in range(weight.size(1)) if not weight[:, c].any()]
+    if zero_columns:
+        return (
+            f"the zeroed columns of out_proj.weight are {zero_columns}; head {h} is read by "
+            f"columns {h * head_width} to {(h + 1) * head_width - 1}"
+        )
+    return "the output differs from the layer with head h's output set to zero"
+
+
+@_checker
+def check_without_head(fn: Callable[[nn.Module, int], nn.Module]) -> None:
+    """``fn(attention, h)``: a copy of a MultiHeadAttention in which head h contributes nothing."""
+    from attnbook.multihead import MultiHeadAttention  # the layer above the checkers' imports
+
+    width, n_heads = 12, 3
+    head_width = width // n_heads
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(width, n_heads).eval()
+    nn.init.normal_(attention.out_proj.bias)
+    x = torch.randn(2, 5, width, generator=_generator(1))  # (B, T, D)
+    original = {name: value.clone() for name, value in attention.state_dict().items()}
+    for h in range(n_heads):
+        call = f"without_head(attention, {h})"
+        pruned = _call(fn, call, attention, h)
+        changed = [
+            name
+            for name, value in attention.state_dict().items()
+            if not torch.equal(value, original[name])
+        ]
+        if pruned is attention or changed:
+            _fail(
+                f"{call} changed the layer it was given ({', '.join(changed) or 'returned it'}): "
+                "copy it first (copy.deepcopy) and change the copy"
+            )
+        if not isinstance(pruned, MultiHeadAttention):
+            _fail(f"{call} should return a MultiHeadAttention, got {type(pruned).__name__}")
+        gates = torch.ones(n_heads)  # (H,)
+        gates[h] = 0.0
+        with torch.no_grad():
+            expected, _ = attention(x, head_mask=gates)  # (B, T, D)
+            got, _ = _call(pruned, f"{call}(x)", x)  # (B, T, D)
+        if not _close(got, expected, atol=1e-6):
+            _fail(f"{call}: {_without_head_hint(pruned, attention, h, head_width)}")
+    _succeed("each head's d_head columns of W_o are zeroed in a copy, and the bias is kept")
+
+
 __all__ = [
     "ExerciseError",
     "check_alibi_slopes",
@@ -764,6 +830,7 @@ __all__ = [
     "check_rope",
     "check_supported_orderings",
     "check_window_mask",
+    "check_without_head",  # chapter 5
 ]
 
 

@@ -12,3 +12,8 @@ from attnbook.diagrams.dataflow import self_attention_dataflow  # noqa: E402
 from attnbook.diagrams.seq2seq import seq2seq_decoders  # noqa: E402
 
 __all__ += ["seq2seq_decoders", "self_attention_dataflow"]
+
+# Chapter 5: the head split.
+from attnbook.diagrams.heads import head_split  # noqa: E402
+
+__all__ += ["head_split"]

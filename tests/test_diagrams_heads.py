@@ -1,0 +1,71 @@
+"""Chapter 5's head-split diagram: its labels, one colour per head, and clear errors."""
+
+import matplotlib
+import pytest
+from matplotlib import pyplot as plt
+from matplotlib.colors import to_hex
+from matplotlib.patches import FancyBboxPatch
+
+from attnbook.diagrams import head_split
+from attnbook.diagrams.heads import HEAD_COLORS
+
+matplotlib.use("Agg")
+
+
+def texts(figure) -> list[str]:
+    return [t.get_text() for ax in figure.axes for t in ax.texts]
+
+
+def cells(figure) -> list:
+    """The feature squares (every box drawn), in drawing order."""
+    return [patch for patch in figure.axes[0].patches if isinstance(patch, FancyBboxPatch)]
+
+
+def test_the_panels_and_operations_are_labelled():
+    figure = head_split(n_tokens=3, d_model=12, n_heads=3)
+    labels = texts(figure)
+    plt.close(figure)
+    for expected in [
+        "x: (T, D) = (3, 12)",
+        "(T, H, d_head) = (3, 3, 4)",
+        "(H, T, d_head) = (3, 3, 4)",
+        ".view(B, T, H, d_head)",
+        ".transpose(1, 2)",
+        "head 2: (T, d_head)",
+        "token 2",
+    ]:
+        assert expected in labels
+
+
+@pytest.mark.parametrize(("n_tokens", "d_model", "n_heads"), [(3, 12, 3), (2, 8, 4), (4, 6, 1)])
+def test_each_panel_has_every_feature_of_every_token_in_its_heads_colour(
+    n_tokens, d_model, n_heads
+):
+    figure = head_split(n_tokens=n_tokens, d_model=d_model, n_heads=n_heads)
+    squares = cells(figure)
+    plt.close(figure)
+    per_panel = n_tokens * d_model
+    assert len(squares) == 3 * per_panel
+    d_head = d_model // n_heads
+    colours = [to_hex(square.get_facecolor()) for square in squares]
+    expected_row = [to_hex(HEAD_COLORS[f // d_head]) for f in range(d_model)]
+    # panels 1 and 2 (x, then the view): token by token, features in order
+    assert colours[:per_panel] == expected_row * n_tokens
+    assert colours[per_panel : 2 * per_panel] == expected_row * n_tokens
+    # panel 3 (after the transpose): head by head, each block all in its head's colour
+    transposed = [to_hex(HEAD_COLORS[h]) for h in range(n_heads) for _ in range(n_tokens * d_head)]
+    assert colours[2 * per_panel :] == transposed
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"d_model": 10, "n_heads": 3}, "d_model: 10 is not divisible by n_heads = 3"),
+        ({"n_heads": 0}, "n_heads: expected an int in [1, 7], got 0"),
+        ({"n_heads": 8, "d_model": 16}, "n_heads: expected an int in [1, 7], got 8"),
+        ({"n_tokens": 2.0}, "n_tokens: expected a positive int, got 2.0"),
+    ],
+)
+def test_bad_sizes_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        head_split(**kwargs)
