@@ -197,6 +197,83 @@ def test_bad_input_names_the_argument_and_shape(weights, query_tokens, arguments
         explore(weights, query_tokens, **arguments)
 
 
+def framed_weights(n_frames, *shape):
+    """Frames that differ: frame f is softmax weights drawn with seed f."""
+    return torch.stack([softmax_weights(*shape, seed=f) for f in range(n_frames)])
+
+
+@pytest.mark.parametrize(
+    ("shape", "layers_heads"),
+    [((6, 6), (1, 1)), ((3, 6, 6), (1, 3)), ((2, 3, 6, 6), (2, 3))],
+)
+def test_frames_add_one_leading_axis_to_every_rank(shape, layers_heads):
+    weights = framed_weights(4, *shape)  # (F, ...)
+    labels = ["step 0", "step 100", "step 200", "step 800"]
+    explorer = explore(weights, TOKENS, frame_labels=labels)
+    assert explorer.shape == (*layers_heads, 6, 6) and explorer.frames == 4
+    data = payload(explorer)
+    assert (data["frames"], data["frameLabels"]) == (4, labels)
+    embedded = np.array(data["weights"]).reshape(4, *layers_heads, 6, 6) / 10 ** data["decimals"]
+    expected = weights.reshape(4, *layers_heads, 6, 6).numpy()
+    np.testing.assert_allclose(embedded, expected, atol=5e-4 + 1e-9, rtol=0)
+    assert repr(explorer).startswith("AttentionExplorer(frames=4, layers=")
+
+
+def test_frame_labels_are_shown_as_given():
+    labels = ["step 0", "</script><img src=x onerror=alert(1)>", "schritt 3 \u00e9\u6b65", "  "]
+    explorer = explore(framed_weights(4, 6, 6), TOKENS, frame_labels=labels)
+    assert payload(explorer)["frameLabels"] == labels
+    data_element = explorer.html.split('class="attnx-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in data_element
+
+
+def test_without_frames_there_is_one_frame_and_no_slider_labels():
+    explorer = explore(softmax_weights(2, 6, 6), TOKENS)
+    data = payload(explorer)
+    assert (explorer.frames, data["frames"], data["frameLabels"]) == (1, 1, None)
+    assert "slider" not in explorer.html.split('class="attnx-fallback">', 1)[1].split("</p>")[0]
+
+
+def test_one_frame_with_a_label_is_a_framed_explorer():
+    explorer = explore(softmax_weights(1, 6, 6), TOKENS, frame_labels=["only"])
+    assert explorer.shape == (1, 1, 6, 6) and payload(explorer)["frameLabels"] == ["only"]
+    assert "a slider over 1 frame(s)" in explorer.html
+
+
+def test_framed_html_is_deterministic_and_follows_the_labels():
+    weights = framed_weights(3, 2, 6, 6)
+    first = explore(weights, TOKENS, frame_labels=["a", "b", "c"])
+    again = explore(weights.clone(), TOKENS, frame_labels=["a", "b", "c"])
+    other = explore(weights, TOKENS, frame_labels=["a", "b", "d"])
+    assert first.html == again.html != other.html
+
+
+def test_frame_cap_counts_every_frame():
+    one_frame = torch.full((4, 120, 120), 1 / 120)  # 57,600 cells: under the cap
+    explore(one_frame, labels(120))
+    framed = one_frame.expand(5, 4, 120, 120)  # 288,000 cells: over it
+    with pytest.raises(ValueError, match="288,000 cells, .* \\(F \\* L \\* H \\* T \\* S\\)"):
+        explore(framed, labels(120), frame_labels=labels(5))
+
+
+BAD_FRAMES = [  # (weights, frame_labels, expected message)
+    (torch.ones(3, 6, 6), ["a", "b"], "frame_labels: expected 3 labels \\(one per frame .* got 2"),
+    (torch.ones(3, 6, 6), ["a"] * 4, "frame_labels: expected 3 labels .*\\(3, 6, 6\\).* got 4"),
+    (torch.ones(3, 6, 6), [], "frame_labels: expected 3 labels .* got 0"),
+    (torch.ones(3, 6, 6), "abc", "frame_labels: expected a list of 3 labels"),
+    (torch.ones(3, 6, 6), 3, "frame_labels: expected a list of 3 labels .* got int"),
+    (torch.ones(6, 6), ["a"] * 6, "weights: expected shape \\(F, T, S\\), .* got shape \\(6, 6\\)"),
+    (torch.ones(1, 1, 1, 1, 6, 6), ["a"], "weights: expected shape \\(F, T, S\\)"),
+    (torch.ones(0, 6, 6), [], "weights: expected at least one"),
+]
+
+
+@pytest.mark.parametrize(("weights", "frame_labels", "message"), BAD_FRAMES)
+def test_bad_frames_name_the_argument(weights, frame_labels, message):
+    with pytest.raises(ValueError, match=message):
+        explore(weights, TOKENS, frame_labels=frame_labels)
+
+
 def test_capstone_sized_explorer_is_small():
     causal = torch.ones(64, 64).tril().bool()  # (T, S)
     scores = torch.randn(2, 4, 64, 64, generator=torch.Generator().manual_seed(0))
