@@ -188,6 +188,27 @@ BAD_INPUTS = [  # (weights, query_tokens, keyword arguments, expected message)
     (torch.ones(6, 6, 6), TOKENS, {"n_kv_heads": 0}, "n_kv_heads: expected a positive int"),
     (torch.ones(2, 6, 6), TOKENS, {"head_labels": ["a"]}, "head_labels: expected 2 labels"),
     (torch.ones(6, 6), TOKENS, {"title": 3}, "title: expected a string or None"),
+    (
+        torch.tensor([[1e16, 0.0], [0.0, 1.0]]),
+        labels(2),
+        {},
+        "weights: expected weights of at most 1e\\+12 .* got 1e\\+16 at index \\(0, 0\\)",
+    ),
+    (torch.full((2, 2), 1e12 + 1e6), labels(2), {}, "weights: expected weights of at most"),
+    (torch.ones(2, 2, dtype=torch.complex64), labels(2), {}, "weights: expected real .* complex"),
+    (np.ones((2, 2), dtype=np.complex128), labels(2), {}, "weights: expected real .* complex"),
+    ([[1j, 0], [0, 1]], labels(2), {}, "weights: expected real attention weights, got complex"),
+    (
+        torch.ones(2, 2),
+        ["a", "b\udc80"],
+        {},
+        "query_tokens\\[1\\]: expected text that is valid Unicode, got 'b\\\\udc80' with a lone "
+        "surrogate '\\\\udc80' at character 1",
+    ),
+    (torch.ones(2, 2), ["a", "b"], {"key_tokens": ["\ud800", "c"]}, "key_tokens\\[0\\]: .*Unicode"),
+    (torch.ones(2, 2, 2), ["a", "b"], {"head_labels": ["h", "\udfff"]}, "head_labels\\[1\\]"),
+    (torch.ones(2, 2), ["a", "b"], {"title": "t\ud800"}, "title: expected text that is valid"),
+    (torch.ones(1, 2, 2), ["a", "b"], {"frame_labels": ["\ud800"]}, "frame_labels\\[0\\]"),
 ]
 
 
@@ -293,3 +314,16 @@ def test_book_uses_are_small():
     assert set(BOOK_CHAPTERS_WITH_EXPLORER) <= chapters, f"explorers found only in {chapters}"
     too_big = {name: size for name, size in sizes.items() if size >= SIZE_LIMIT}
     assert not too_big, f"explorers of {SIZE_LIMIT:,} bytes or more: {too_big}"
+
+
+def test_the_largest_weight_allowed_is_embedded_exactly():
+    weights = torch.tensor([[1e12, 0.0], [0.25, 0.75]], dtype=torch.float64)
+    embedded = payload(explore(weights, labels(2)))["weights"]
+    assert embedded == [10**15, 0, 250, 750]
+    assert max(embedded) < 2**53  # exact as a JavaScript number
+
+
+def test_surrogate_checks_accept_valid_astral_text():
+    emoji = "\U0001f600"  # one code point, two UTF-16 units in the page
+    data = payload(explore(torch.ones(2, 2), [emoji, "\u2028"], title=emoji))
+    assert data["queryTokens"] == [emoji, "\u2028"] and data["title"] == emoji

@@ -60,9 +60,25 @@ def frames(n_frames: int, n_heads: int, length: int) -> torch.Tensor:
 WEIGHTS = frames(len(FRAME_LABELS), 2, len(TOKENS))  # (F, H, T, S)
 # What the page embeds, for test_browser's colour helper: one colour scale for every frame.
 EMBEDDED = {"weights": torch.round(WEIGHTS * 1000).long().flatten().tolist(), "colours": _colours()}
+LONG = "w" * 20_000  # one label as long as a pasted paragraph, with no space to break at
+HOSTILE = [  # labels that must stay text: markup, a script end, quotes, template, line separator
+    "</script><img src=x onerror=window.attacked=1>",
+    "<b onmouseover=window.attacked=1>b</b>",
+    "\"'`${window.attacked=1}",
+    "a\u2028b\u2029c",
+    LONG,
+    "\U0001f600 \u05e9\u05dc\u05d5\u05dd",
+]
 PAGES = {
     "frames.html": explore(WEIGHTS, TOKENS, frame_labels=FRAME_LABELS, title="training"),
     "plain.html": explore(WEIGHTS[0], TOKENS, title="one frame, no slider"),
+    "hostile.html": explore(
+        WEIGHTS[:2],
+        HOSTILE,
+        head_labels=[LONG, "<i>head</i>"],
+        frame_labels=[LONG, "</script>"],
+        title=LONG,
+    ),
 }
 
 
@@ -157,3 +173,48 @@ def test_without_frame_labels_there_is_no_slider(server, offline_page):
     assert root.evaluate(MATRIX) == frame_matrix(0, 0)
     assert root.get_attribute("data-frame") == "0"
     assert not blocked and not errors, (blocked, errors)
+
+
+def test_long_and_hostile_labels_stay_text_and_keep_the_heatmap_in_view(server, offline_page):
+    page, blocked, errors = offline_page
+    page.goto(server + "hostile.html", wait_until="load")
+    root = page.locator("div.attnx")
+    assert root.get_attribute("data-attnx-ready") == "true"
+    assert page.evaluate("window.attacked") is None, "a label ran as code"
+    assert root.locator("img, b:not(.attnx-rq):not(.attnx-rk):not(.attnx-rw), i").count() == 0
+    labels = root.locator(".attnx-qlabel")
+    assert labels.evaluate_all("nodes => nodes.map(n => n.textContent)") == HOSTILE
+    assert labels.evaluate_all("nodes => nodes.map(n => n.title)") == HOSTILE
+
+    grid = root.locator(".attnx-heatmap").bounding_box()
+    assert grid["width"] < 600, f"a long label made the heatmap {grid['width']:.0f} px wide"
+    assert grid["height"] < 800, f"a long label made the heatmap {grid['height']:.0f} px high"
+    long_label = root.locator('.attnx-qlabel[title^="www"]')
+    cut = long_label.evaluate(
+        "n => [getComputedStyle(n).textOverflow, n.scrollWidth > n.clientWidth]"
+    )
+    assert cut == ["ellipsis", True], "the long label is not cut with an ellipsis"
+
+    readout = root.locator(".attnx-readout")
+    first_cell = root.locator(".attnx-cell").first
+    on_page = "n => n.getBoundingClientRect().top + window.scrollY"
+    top = first_cell.evaluate(on_page)
+    assert top < 300, f"the title and labels push the heatmap {top:.0f} px down"
+    for q in range(len(HOSTILE)):  # the readout shows each label whole, never over the cells
+        page.mouse.move(0, 0)
+        root.locator(f'.attnx-cell[data-q="{q}"][data-k="1"]').hover()
+        assert first_cell.evaluate(on_page) == top, f"hovering query {q} moved the heatmap"
+        assert (
+            readout.locator(".attnx-rq").inner_text().replace("\n", "")
+            == HOSTILE[q].replace("\u2028", "").replace("\u2029", "")
+            or readout.locator(".attnx-rq").text_content() == HOSTILE[q]
+        )
+        assert readout.locator(".attnx-rq").text_content() == HOSTILE[q]
+        bottom = readout.evaluate("n => n.getBoundingClientRect().bottom + window.scrollY")
+        assert bottom <= top, f"the readout covers the cells (query {q})"
+    for selector in (".attnx-thumb-name", ".attnx-frame-label", ".attnx-title", ".attnx-current"):
+        width = root.locator(selector).first.bounding_box()["width"]
+        assert width < 1280, f"{selector} is {width:.0f} px wide"
+    assert root.locator(".attnx-frame-label").get_attribute("title") == LONG
+    assert not blocked, f"the explorer asked for something off this machine: {blocked}"
+    assert not errors, f"console errors {errors}"

@@ -38,6 +38,7 @@ from attnbook.plotting import CMAP
 
 MAX_CELLS = 250_000  # F * L * H * T * S; beyond this the page gets slow and the HTML large
 DECIMALS = 3  # weights are embedded as integers in thousandths
+MAX_WEIGHT = 1e12  # its thousandths stay exact integers in JavaScript (below 2^53)
 N_COLOURS = 64  # stops of the colormap sent to the page
 EXPECTED = "(T, S), (H, T, S) or (L, H, T, S)"
 EXPECTED_FRAMES = "(F, T, S), (F, H, T, S) or (F, L, H, T, S) with F = len(frame_labels)"
@@ -53,6 +54,12 @@ def _as_weights(weights: object, framed: bool) -> np.ndarray:
     Without frames (``framed`` false) F is 1; with frames the first axis is F.
     """
     expected = EXPECTED_FRAMES if framed else EXPECTED
+    is_complex = weights.is_complex() if torch.is_tensor(weights) else np.iscomplexobj(weights)
+    if is_complex:
+        raise ValueError(
+            "weights: expected real attention weights, got complex ones; pass their absolute "
+            "value or real part yourself, as the rest of the library refuses complex input"
+        )
     if torch.is_tensor(weights):
         array = weights.detach().to("cpu", torch.float64).numpy()
     else:
@@ -90,6 +97,13 @@ def _as_weights(weights: object, framed: bool) -> np.ndarray:
             f"weights: expected non-negative attention weights, got {array[where]:.4g} at "
             f"index {where} of shape {array.shape}"
         )
+    if (array > MAX_WEIGHT).any():
+        where = tuple(int(i) for i in np.argwhere(array > MAX_WEIGHT)[0])
+        raise ValueError(
+            f"weights: expected weights of at most {MAX_WEIGHT:.0e} (the page holds them as "
+            f"integer thousandths), got {array[where]:.4g} at index {where} of shape "
+            f"{array.shape}; divide by the largest weight to show the pattern"
+        )
     ones = (1,) * (max(ranks) - array.ndim)  # the missing layer and head axes
     if framed:
         return array.reshape(array.shape[:1] + ones + array.shape[1:])  # (F, L, H, T, S)
@@ -107,7 +121,22 @@ def _as_labels(name: str, labels: object, count: int, axis: str, shape: tuple) -
             f"{name}: expected {count} labels (one per {axis} of weights with shape {shape}), "
             f"got {len(labels)}"
         )
-    return [str(label) for label in labels]
+    texts = [str(label) for label in labels]
+    for index, text in enumerate(texts):
+        _check_text(f"{name}[{index}]", text)
+    return texts
+
+
+def _check_text(name: str, text: str) -> None:
+    """``text`` is valid Unicode: no lone surrogate (as ``errors="surrogateescape"`` leaves)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name}: expected text that is valid Unicode, got {text[:40]!r} with a lone "
+            f"surrogate {text[error.start]!r} at character {error.start} (as text decoded with "
+            f"errors='surrogateescape' holds); decode it with errors='replace'"
+        ) from None
 
 
 def _kv_groups(n_kv_heads: int | None, n_heads: int) -> list[int] | None:
@@ -200,8 +229,10 @@ def explore(
     attention in the head selector: head h shares key/value head h // (H / n_kv_heads).
     ``head_labels`` names the H heads (default ``head 0``, ``head 1``, ...). At most
     ``MAX_CELLS`` = 250,000 weights (F * L * H * T * S, every frame counted): slice larger
-    ones. Weights are shown and embedded to 3 decimals, on one colour scale from 0 to the
-    largest weight of every head and frame.
+    ones. Weights are real, finite, non-negative and at most ``MAX_WEIGHT`` = 1e12 (rows need
+    not sum to 1), shown and embedded to 3 decimals, on one colour scale from 0 to the largest
+    weight of every head and frame. Labels are any valid Unicode text, shown as text (never as
+    markup); a long one is cut with an ellipsis, its full text in its tooltip and the readout.
     """
     framed = frame_labels is not None
     array = _as_weights(weights, framed)  # (F, L, H, T, S)
@@ -224,6 +255,8 @@ def explore(
         labels = _as_labels("head_labels", head_labels, n_heads, "head", shape)
     if title is not None and not isinstance(title, str):
         raise ValueError(f"title: expected a string or None, got {type(title).__name__}")
+    if title is not None:
+        _check_text("title", title)
     scaled = np.rint(array * 10**DECIMALS).astype(np.int64)  # (F, L, H, T, S) in thousandths
     payload = {
         "colours": _colours(),

@@ -16,6 +16,14 @@
     return node;
   }
 
+  /* A token or head label: cut to a maximum width with an ellipsis by the CSS, so the full text
+   * is also its title (and the readout shows it whole). */
+  function label(tag, className, text) {
+    var node = make(tag, className + " attnx-label", text);
+    node.title = text;
+    return node;
+  }
+
   function hexToRgb(hex) {
     var n = parseInt(hex.slice(1), 16);
     return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
@@ -62,10 +70,10 @@
       slider.value = 0;
       slider.id = prefix + "-frame";
       sliderLabel.htmlFor = slider.id;
-      frameName = frames.appendChild(make("span", "attnx-frame-label"));
+      frameName = frames.appendChild(label("span", "attnx-frame-label", ""));
       slider.addEventListener("input", function () { selectFrame(+slider.value); });
     }
-    var current = root.appendChild(make("div", "attnx-pane-title"));
+    var current = root.appendChild(make("div", "attnx-pane-title attnx-current"));
     var readout = root.appendChild(make("div", "attnx-readout"));
     readout.id = prefix + "-readout";
     readout.setAttribute("aria-live", "polite");
@@ -85,7 +93,7 @@
     grid.setAttribute("aria-describedby", readout.id);
     var cells = [], queryLabels = [], keyLabels = [];
     for (var q = 0; q < T; q++) {
-      queryLabels.push(grid.appendChild(make("div", "attnx-qlabel", data.queryTokens[q])));
+      queryLabels.push(grid.appendChild(label("div", "attnx-qlabel", data.queryTokens[q])));
       for (var k = 0; k < S; k++) {
         var cell = grid.appendChild(make("div", "attnx-cell"));
         cell.setAttribute("data-q", q);
@@ -95,7 +103,7 @@
     }
     grid.appendChild(make("div", "attnx-axis", "query \u2193  key \u2192"));
     for (var kk = 0; kk < S; kk++) {
-      keyLabels.push(grid.appendChild(make("div", "attnx-klabel", data.keyTokens[kk])));
+      keyLabels.push(grid.appendChild(label("div", "attnx-klabel", data.keyTokens[kk])));
     }
     var legend = heatPane.appendChild(make("div", "attnx-legend"));
     legend.appendChild(make("span", "", "0"));
@@ -113,12 +121,12 @@
     var links = tokens.appendChild(make("div", "attnx-links"));
     var keyColumn = tokens.appendChild(make("div", "attnx-tokcol"));
     var queryTokens = data.queryTokens.map(function (token, i) {
-      var node = queryColumn.appendChild(make("div", "attnx-tok attnx-tq", token));
+      var node = queryColumn.appendChild(label("div", "attnx-tok attnx-tq", token));
       node.setAttribute("data-q", i);
       return node;
     });
     var keyTokens = data.keyTokens.map(function (token, i) {
-      var node = keyColumn.appendChild(make("div", "attnx-tok attnx-tk", token));
+      var node = keyColumn.appendChild(label("div", "attnx-tok attnx-tk", token));
       node.setAttribute("data-k", i);
       return node;
     });
@@ -175,7 +183,7 @@
       canvas.width = S;
       canvas.height = T;
       canvas.style.height = Math.round(48 * Math.min(2, T / S)) + "px";
-      button.appendChild(make("span", "", data.headLabels[head]));
+      button.appendChild(label("span", "attnx-thumb-name", data.headLabels[head]));
       button.addEventListener("click", function () { selectHead(layer, head); });
       return button;
     }
@@ -279,7 +287,7 @@
       });
       var shown = "showing " + headName(state.layer, state.head);
       if (data.frameLabels) shown += ", frame " + (state.frame + 1) + " of " + F;
-      current.textContent = shown;
+      current.textContent = current.title = shown;
       root.setAttribute("data-layer", state.layer);
       root.setAttribute("data-head", state.head);
       paintTokens();
@@ -298,7 +306,7 @@
       if (slider) {
         slider.value = state.frame;
         slider.setAttribute("aria-valuetext", data.frameLabels[state.frame]);
-        frameName.textContent = data.frameLabels[state.frame];
+        frameName.textContent = frameName.title = data.frameLabels[state.frame];
       }
       root.setAttribute("data-frame", state.frame);
       thumbs.forEach(paintThumbnail);
