@@ -327,3 +327,18 @@ def test_surrogate_checks_accept_valid_astral_text():
     emoji = "\U0001f600"  # one code point, two UTF-16 units in the page
     data = payload(explore(torch.ones(2, 2), [emoji, "\u2028"], title=emoji))
     assert data["queryTokens"] == [emoji, "\u2028"] and data["title"] == emoji
+
+
+def test_sparse_tensors_are_read_and_unreadable_ones_named():
+    dense = softmax_weights(6, 6)
+    assert explore(dense.to_sparse(), TOKENS).html == explore(dense, TOKENS).html
+    with pytest.raises(ValueError, match="weights: .* got Tensor \\(a tensor on the meta device"):
+        explore(torch.ones(6, 6, device="meta"), TOKENS)
+    with pytest.raises(
+        ValueError, match="weights: expected a tensor or array of shape .* got list"
+    ):
+        explore([[0.5, 0.5], [1.0]], labels(2))
+    with pytest.raises(
+        ValueError, match="weights: expected weights of at most 1e\\+12 .* got 1.0000001e\\+12"
+    ):
+        explore(torch.full((2, 2), 1.0000001e12, dtype=torch.float64), labels(2))

@@ -226,7 +226,10 @@ def test_windows_and_targets_are_checked_before_any_loss(model_and_batch):
         lambda m, x, y: analysis.pruning_curve(m, x, y, []),
         lambda m, x, y: analysis.masked_loss(m, x, y, torch.ones(2, 2, dtype=torch.float64)),
     ):
-        with raises("inputs: expected at least one window (B >= 1), got inputs.shape = (0, 6)"):
+        with raises(
+            "inputs: expected at least one window of at least one token (B, T >= 1), got "
+            "inputs.shape = (0, 6)"
+        ):
             function(model, inputs[:0], targets[:0])
         with raises(
             "targets: expected shape (B, T) = (3, 6) as inputs (one target per input "
@@ -237,6 +240,12 @@ def test_windows_and_targets_are_checked_before_any_loss(model_and_batch):
             function(model, inputs, targets[:, :-1])
         with raises("targets: expected integer token ids, got dtype torch.float32"):
             function(model, inputs, targets.float())
+        with raises("inputs: expected at least one window of at least one token"):
+            function(model, inputs[:, :0], targets[:, :0])
+        with raises("targets: expected ids in [0, vocab_size = 5), got values from -100 to"):
+            function(model, inputs, targets.masked_fill(targets == 0, -100))
+        with raises("targets: expected ids in [0, vocab_size = 5), got values from 0 to 7"):
+            function(model, inputs, targets.masked_fill(targets == 1, 7))
 
 
 @pytest.mark.parametrize(
@@ -256,3 +265,40 @@ def test_a_pruning_order_outside_the_table_of_heads_is_refused(model_and_batch, 
     model, inputs, targets = model_and_batch
     with raises(message):
         analysis.pruning_curve(model, inputs, targets, order)
+
+
+def test_statistics_refuse_weights_that_are_not_attention_weights():
+    tokens = torch.tensor([[1, 2, 3]])
+    for bad in (float("nan"), float("inf"), -0.5):
+        weights = one_hot_weights([0, 0, 1])
+        weights[0, 0, 0, 2, 2] = bad
+        with raises("weights: expected finite, non-negative attention weights"):
+            analysis.head_statistics(weights, tokens, CHARACTERS)
+    with raises(
+        "weights: expected at least one window and one position, got weights.shape = "
+        "(1, 0, 1, 3, 3)"
+    ):
+        analysis.head_statistics(torch.ones(1, 0, 1, 3, 3), tokens[:0], CHARACTERS)
+
+
+def test_roles_orders_and_spreads_refuse_what_they_cannot_rank():
+    statistics = {key: torch.full((1, 1), 0.6) for key in analysis.ROLES}
+    for threshold in (0, -0.5, 1.5, float("nan"), "0.5"):
+        with raises(f"threshold: expected a share in (0, 1], got {threshold!r}"):
+            analysis.name_roles(statistics, threshold)
+    with raises("statistics: expected head_statistics' dict with the keys"):
+        analysis.name_roles({"previous": torch.ones(1, 1)})
+    with raises("scores: expected shape (L, H) (2 dims), got scores.shape = (2,)"):
+        analysis.order_by(torch.tensor([1.0, 2.0]))
+    with raises("scores: expected finite scores to order the heads by, got NaN or inf"):
+        analysis.order_by(torch.tensor([[float("nan"), 2.0]]))
+    with raises("losses: expected a dict configuration -> per-seed losses, got list"):
+        analysis.seed_spread([1.0, 2.0])
+    for values in ([float("nan"), 1.0], ["1.0", "2.0"], [True, False], 1.5):
+        with raises(f"losses: configuration 1 needs a list of finite numbers, got {values!r}"):
+            analysis.seed_spread({1: values})
+    losses = {1: [1.0, 1.1, 1.2], 2: [1.5, 1.6, 1.7]}
+    assert analysis.supported_orderings(losses, 0) == {(1, 2)}
+    for k in (-1.0, float("nan"), float("inf"), None):
+        with raises(f"n_standard_errors: expected a finite number >= 0, got {k!r}"):
+            analysis.supported_orderings(losses, k)

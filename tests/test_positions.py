@@ -329,6 +329,7 @@ def test_bad_module_arguments_raise_errors_naming_the_argument():
 
 
 BAD_BASES = [
+    10**400,
     -10000.0,
     0,
     0.5,

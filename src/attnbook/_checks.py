@@ -321,6 +321,14 @@ def check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
 
 
+def _is_finite_float(value: numbers.Real) -> bool:
+    """A real number that is finite as a float (an int beyond 1.8e308 is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_base(name: str, value: object) -> None:
     """A frequency base (of RoPE or sinusoidal encodings) is a finite real number above 1.
 
@@ -328,7 +336,7 @@ def check_base(name: str, value: object) -> None:
     1 or less gives equal or rising ones, a negative base NaN, an infinite one zero frequencies.
     """
     bad_type = isinstance(value, bool) or not isinstance(value, numbers.Real)
-    if bad_type or not math.isfinite(value) or value <= 1:
+    if bad_type or not _is_finite_float(value) or value <= 1:
         raise ValueError(
             f"{name}: expected a finite number > 1 (frequencies base^(-2i/dim) fall from 1), "
             f"got {value!r}"

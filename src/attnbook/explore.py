@@ -48,28 +48,40 @@ def _asset(name: str) -> str:
     return resources.files("attnbook").joinpath("explorer", name).read_text(encoding="utf-8")
 
 
+def _read_array(weights: object, expected: str) -> np.ndarray:
+    """The weights as a float64 array: any tensor (sparse, on any device) or array-like."""
+    is_complex = False
+    try:
+        if torch.is_tensor(weights):
+            if weights.is_meta:
+                raise ValueError("a tensor on the meta device holds no values")
+            is_complex = weights.is_complex()
+            dense = weights.to_dense() if weights.layout != torch.strided else weights
+            array = None if is_complex else dense.detach().to("cpu", torch.float64).numpy()
+        else:
+            array = np.asarray(weights)
+            is_complex = np.iscomplexobj(array)
+            array = None if is_complex else array.astype(np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"weights: expected a tensor or array of shape {expected}, "
+            f"got {type(weights).__name__} ({error})"
+        ) from None
+    if is_complex:
+        raise ValueError(
+            "weights: expected real attention weights, got complex ones; pass their absolute "
+            "value or real part yourself, as the rest of the library refuses complex input"
+        )
+    return array
+
+
 def _as_weights(weights: object, framed: bool) -> np.ndarray:
     """The weights as a float64 (F, L, H, T, S) array, after checking rank, size and values.
 
     Without frames (``framed`` false) F is 1; with frames the first axis is F.
     """
     expected = EXPECTED_FRAMES if framed else EXPECTED
-    is_complex = weights.is_complex() if torch.is_tensor(weights) else np.iscomplexobj(weights)
-    if is_complex:
-        raise ValueError(
-            "weights: expected real attention weights, got complex ones; pass their absolute "
-            "value or real part yourself, as the rest of the library refuses complex input"
-        )
-    if torch.is_tensor(weights):
-        array = weights.detach().to("cpu", torch.float64).numpy()
-    else:
-        try:
-            array = np.asarray(weights, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"weights: expected a tensor or array of shape {expected}, "
-                f"got {type(weights).__name__} ({error})"
-            ) from None
+    array = _read_array(weights, expected)
     ranks = (3, 4, 5) if framed else (2, 3, 4)
     if array.ndim not in ranks:
         raise ValueError(f"weights: expected shape {expected}, got shape {array.shape}")
@@ -101,7 +113,7 @@ def _as_weights(weights: object, framed: bool) -> np.ndarray:
         where = tuple(int(i) for i in np.argwhere(array > MAX_WEIGHT)[0])
         raise ValueError(
             f"weights: expected weights of at most {MAX_WEIGHT:.0e} (the page holds them as "
-            f"integer thousandths), got {array[where]:.4g} at index {where} of shape "
+            f"integer thousandths), got {float(array[where]):.8g} at index {where} of shape "
             f"{array.shape}; divide by the largest weight to show the pattern"
         )
     ones = (1,) * (max(ranks) - array.ndim)  # the missing layer and head axes

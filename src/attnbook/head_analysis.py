@@ -110,6 +110,16 @@ def _check_statistics_inputs(weights: object, tokens: object, characters: object
             f"weights: expected causal self-attention weights (L, B, H, T, T) with as many keys "
             f"as queries, got weights.shape = {shape_of(weights)}"
         )
+    if weights.size(1) == 0 or weights.size(-1) == 0:
+        raise ValueError(
+            f"weights: expected at least one window and one position, got weights.shape = "
+            f"{shape_of(weights)}"
+        )
+    if not torch.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError(
+            "weights: expected finite, non-negative attention weights, got NaN, inf or negative "
+            "values"
+        )
     _check_token_ids("tokens", tokens)
     batch, length = weights.size(1), weights.size(-1)
     if tokens.shape != (batch, length):
@@ -132,7 +142,18 @@ def _check_statistics_inputs(weights: object, tokens: object, characters: object
 
 
 def name_roles(statistics: dict[str, Tensor], threshold: float = ROLE_THRESHOLD) -> list[list[str]]:
-    """[layer][head] -> the role whose statistic reaches ``threshold``, else ``"mixed"``."""
+    """[layer][head] -> the role whose statistic reaches ``threshold``, else ``"mixed"``.
+
+    ``statistics`` as :func:`head_statistics` returns them; ``threshold`` in (0, 1].
+    """
+    missing = [key for key in ROLES if key not in statistics]
+    if missing:
+        raise ValueError(
+            f"statistics: expected head_statistics' dict with the keys {list(ROLES)}, missing "
+            f"{missing}"
+        )
+    if not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+        raise ValueError(f"threshold: expected a share in (0, 1], got {threshold!r}")
     shares = torch.stack([statistics[key] for key in ROLES])  # (roles, L, H)
     best, index = shares.max(dim=0)  # (L, H) each
     names = list(ROLES.values())
@@ -152,18 +173,26 @@ def _gates(model: nn.Module) -> Tensor:
     return torch.ones(shape, dtype=parameter.dtype, device=parameter.device)  # (L, H)
 
 
-def _check_windows(inputs: object, targets: object) -> None:
-    """inputs (B, T) and targets (B, T): at least one window, one target per input token."""
+def _check_windows(model: nn.Module, inputs: object, targets: object) -> None:
+    """inputs (B, T) and targets (B, T): at least one window and token, one target per input
+    token, each a token id of the model's vocabulary."""
     _check_token_ids("inputs", inputs)
-    if inputs.size(0) == 0:
+    if inputs.size(0) == 0 or inputs.size(1) == 0:
         raise ValueError(
-            f"inputs: expected at least one window (B >= 1), got inputs.shape = {shape_of(inputs)}"
+            f"inputs: expected at least one window of at least one token (B, T >= 1), got "
+            f"inputs.shape = {shape_of(inputs)}"
         )
     _check_token_ids("targets", targets)
     if targets.shape != inputs.shape:
         raise ValueError(
             f"targets: expected shape (B, T) = {shape_of(inputs)} as inputs (one target per "
             f"input token), got targets.shape = {shape_of(targets)}"
+        )
+    low, high = targets.long().min().item(), targets.long().max().item()
+    if low < 0 or high >= model.vocab_size:
+        raise ValueError(
+            f"targets: expected ids in [0, vocab_size = {model.vocab_size}), got values from "
+            f"{low} to {high}"
         )
 
 
@@ -175,14 +204,14 @@ def _loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> T
 @torch.no_grad()
 def masked_loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> float:
     """Mean next-token loss of inputs (B, T) vs targets (B, T) with head gates (L, H)."""
-    _check_windows(inputs, targets)
+    _check_windows(model, inputs, targets)
     return _loss(model, inputs, targets, gates).item()
 
 
 @torch.no_grad()
 def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
-    _check_windows(inputs, targets)
+    _check_windows(model, inputs, targets)
     gates = _gates(model)  # (L, H)
     base = masked_loss(model, inputs, targets, gates)
     increase = torch.zeros_like(gates)
@@ -199,7 +228,7 @@ def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Te
     One backward pass per window (B of them): the absolute value is taken per window, before
     the mean, as in the paper.
     """
-    _check_windows(inputs, targets)
+    _check_windows(model, inputs, targets)
     total = _gates(model).zero_()  # (L, H)
     for window, target in zip(inputs, targets, strict=True):
         gates = _gates(model).requires_grad_()
@@ -218,7 +247,7 @@ def pruning_curve(
     ``order`` lists distinct (layer, head) pairs, 0 <= layer < L and 0 <= head < H (no
     counting from the end), as :func:`order_by` gives them.
     """
-    _check_windows(inputs, targets)
+    _check_windows(model, inputs, targets)
     gates = _gates(model)  # (L, H)
     _check_order(order, *gates.shape)
     losses = [masked_loss(model, inputs, targets, gates)]
@@ -249,6 +278,9 @@ def _check_order(order: object, n_layers: int, n_heads: int) -> None:
 
 def order_by(scores: Tensor, *, descending: bool = False) -> list[tuple[int, int]]:
     """(layer, head) pairs of an (L, H) score table, least important first by default."""
+    check_tensor("scores", scores, "(L, H)", rank=2)
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores: expected finite scores to order the heads by, got NaN or inf")
     flat = scores.flatten().argsort(descending=descending, stable=True).tolist()
     n_heads = scores.size(1)
     return [(index // n_heads, index % n_heads) for index in flat]
@@ -260,7 +292,19 @@ def seed_spread(losses: dict) -> dict:
     ``losses`` maps a configuration (a head count, say) to its per-seed values, at least two
     each. The standard deviation divides by n - 1; the standard error is it over sqrt(n).
     """
+    if not isinstance(losses, dict):
+        raise ValueError(
+            f"losses: expected a dict configuration -> per-seed losses, got {type(losses).__name__}"
+        )
     for key, values in losses.items():
+        real = isinstance(values, list | tuple) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
+        if not real:
+            raise ValueError(
+                f"losses: configuration {key!r} needs a list of finite numbers, got {values!r}"
+            )
         if len(values) < 2:
             raise ValueError(
                 f"losses: configuration {key!r} needs at least 2 seeds for a spread, got "
@@ -279,6 +323,14 @@ def supported_orderings(losses: dict, n_standard_errors: float = 2.0) -> set[tup
     The rule: mean_a + k se_a < mean_b - k se_b for k = ``n_standard_errors``, that is, the
     intervals mean +- k standard errors do not overlap. ``losses`` as for :func:`seed_spread`.
     """
+    if (
+        not isinstance(n_standard_errors, int | float)
+        or not math.isfinite(n_standard_errors)
+        or n_standard_errors < 0
+    ):
+        raise ValueError(
+            f"n_standard_errors: expected a finite number >= 0, got {n_standard_errors!r}"
+        )
     spread = seed_spread(losses)
     upper = {key: mean + n_standard_errors * error for key, (mean, _, error) in spread.items()}
     lower = {key: mean - n_standard_errors * error for key, (mean, _, error) in spread.items()}
