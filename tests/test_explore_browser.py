@@ -157,6 +157,15 @@ def test_slider_and_keys_show_each_frames_weights(server, offline_page):
     for _ in range(5):  # past the ends it stays on the last frame
         page.keyboard.press("]")
     shown(root, 3, 1)
+
+    # As tests/test_browser.py does on the book: Tab from the readout reaches the heatmap, so
+    # the slider above it does not get in the way of the heatmap's keys.
+    root.locator(".attnx-readout").click()
+    page.keyboard.press("Tab")
+    heatmap = root.locator(".attnx-heatmap")
+    assert heatmap.evaluate("node => node === document.activeElement"), "Tab missed the heatmap"
+    page.keyboard.press("ArrowDown")
+    assert root.get_attribute("data-frame") == "3", "the heatmap's arrow keys moved the frame"
     assert not blocked, f"the explorer asked for something off this machine: {blocked}"
     assert not errors, f"console errors {errors}"
 
