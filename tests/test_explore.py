@@ -285,7 +285,7 @@ BAD_FRAMES = [  # (weights, frame_labels, expected message)
     (torch.ones(3, 6, 6), 3, "frame_labels: expected a list of 3 labels .* got int"),
     (torch.ones(6, 6), ["a"] * 6, "weights: expected shape \\(F, T, S\\), .* got shape \\(6, 6\\)"),
     (torch.ones(1, 1, 1, 1, 6, 6), ["a"], "weights: expected shape \\(F, T, S\\)"),
-    (torch.ones(0, 6, 6), [], "weights: expected at least one"),
+    (torch.ones(0, 6, 6), [], "weights: expected at least one frame, head, query and key"),
 ]
 
 

@@ -86,9 +86,8 @@ def _as_weights(weights: object, framed: bool) -> np.ndarray:
     if array.ndim not in ranks:
         raise ValueError(f"weights: expected shape {expected}, got shape {array.shape}")
     if array.size == 0:
-        raise ValueError(
-            f"weights: expected at least one head, query and key, got shape {array.shape}"
-        )
+        what = "frame, head, query and key" if framed else "head, query and key"
+        raise ValueError(f"weights: expected at least one {what}, got shape {array.shape}")
     if array.size > MAX_CELLS:
         axes = "F * L * H * T * S" if framed else "L * H * T * S"
         first = "weights[::2] for every other frame" if framed else "weights[:2] for two layers"
