@@ -97,3 +97,32 @@ def test_format_results_says_whether_the_target_is_met():
     assert decoding.format_results([fast]).endswith(": met")
     assert decoding.format_results([fast, slow]).endswith(": NOT met")
     assert fast.speedup == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.uint16, torch.uint32]
+)
+def test_token_ids_of_any_integer_dtype_give_the_int64_logits(dtype):
+    torch.manual_seed(0)
+    model = TinyDecoder(16, d_model=16, n_heads=2, n_layers=1, max_len=8).eval()
+    tokens = torch.tensor([[0, 3, 15, 7], [1, 2, 3, 4]])  # (B, T) int64
+    expected = model(tokens)
+    torch.testing.assert_close(model(tokens.to(dtype)), expected, rtol=0, atol=0)
+    torch.testing.assert_close(
+        model.attention_weights(tokens.to(dtype)), model.attention_weights(tokens)
+    )
+    generated, _ = greedy_generate(model, tokens.to(dtype), 2)
+    assert torch.equal(generated, greedy_generate(model, tokens, 2)[0])
+    with pytest.raises(
+        ValueError,
+        match=r"tokens: expected ids in \[0, vocab_size = 16\), got "
+        r"values from 0 to 16",
+    ):
+        model(torch.tensor([[0, 16]]).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bool, torch.complex64])
+def test_token_ids_that_are_not_integers_are_refused(dtype):
+    model = TinyDecoder(16, d_model=16, n_heads=2, n_layers=1, max_len=8)
+    with pytest.raises(ValueError, match=f"tokens: expected integer token ids, got dtype {dtype}"):
+        model(torch.zeros(1, 3, dtype=dtype))

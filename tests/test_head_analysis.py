@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import raises
 
 from attnbook import CharVocabulary, TinyDecoder, load_genesis, shipped_file, train_validation_split
 from attnbook import head_analysis as analysis
@@ -166,3 +167,138 @@ def test_every_compared_model_learned(comparison):
     assert math.isfinite(unigram_loss)  # every validation character occurs in training
     for losses in comparison["validation_loss"].values():
         assert all(math.isfinite(loss) and loss < unigram_loss for loss in losses)
+
+
+def induction_targets_by_loops(tokens):
+    """The docstring's definition, one pair at a time: tokens[j - 1] == tokens[i], 1 <= j < i."""
+    batch, length = tokens.shape
+    targets = torch.zeros(batch, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(length):
+            for j in range(1, i):
+                targets[b, i, j] = bool(tokens[b, j - 1] == tokens[b, i])
+    return targets
+
+
+def test_induction_targets_follow_the_docstring_and_leave_out_the_query_itself():
+    doubled = torch.tensor([[1, 1, 2, 1]])  # a a b a: the second "a" follows an "a" at once
+    targets = analysis.induction_targets(doubled)[0]
+    assert not targets[1].any()  # key 1 (itself) is not an induction target of query 1
+    assert targets[3].nonzero().flatten().tolist() == [1, 2]  # after each earlier "a"
+    tokens = torch.randint(0, 3, (4, 12), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(analysis.induction_targets(tokens), induction_targets_by_loops(tokens))
+    assert "1 <= j < i" in analysis.induction_targets.__doc__
+
+
+def test_statistics_read_uint8_tokens_as_ids_not_as_a_mask():
+    weights = one_hot_weights([0, 0, 1, 2, 3, 4])
+    tokens = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    expected = analysis.head_statistics(weights, tokens, CHARACTERS)
+    narrow = analysis.head_statistics(weights, tokens.to(torch.uint8), CHARACTERS)
+    assert all(torch.equal(narrow[key], expected[key]) for key in expected)
+
+
+def test_statistics_refuse_tokens_that_do_not_fit_the_weights():
+    weights = one_hot_weights([0, 0, 1, 2])  # (L, B, H, T, T) = (1, 1, 1, 4, 4)
+    tokens = torch.tensor([[1, 2, 3, 1]])
+    with raises(
+        "tokens: expected shape (B, T) = (1, 4) as in weights (L, B, H, T, T) = "
+        "(1, 1, 1, 4, 4), got tokens.shape = (1, 5)"
+    ):
+        analysis.head_statistics(weights, torch.tensor([[1, 2, 3, 1, 2]]), CHARACTERS)
+    with raises("tokens: expected shape (B, T) = (1, 4)"):
+        analysis.head_statistics(weights, tokens.expand(2, 4), CHARACTERS)
+    with raises("tokens: expected ids in [0, len(characters) = 5), got values from 1 to 5"):
+        analysis.head_statistics(weights, torch.tensor([[1, 2, 5, 1]]), CHARACTERS)
+    with raises("tokens: expected integer token ids, got dtype torch.float32"):
+        analysis.head_statistics(weights, tokens.float(), CHARACTERS)
+    with raises("weights: expected causal self-attention weights (L, B, H, T, T) with as many"):
+        analysis.head_statistics(weights[..., :3], tokens, CHARACTERS)
+    with raises("characters: expected the vocabulary as a list of strings"):
+        analysis.head_statistics(weights, tokens, None)
+
+
+def test_windows_and_targets_are_checked_before_any_loss(model_and_batch):
+    model, inputs, targets = model_and_batch
+    for function in (
+        analysis.gradient_importance,
+        analysis.ablation_increase,
+        lambda m, x, y: analysis.pruning_curve(m, x, y, []),
+        lambda m, x, y: analysis.masked_loss(m, x, y, torch.ones(2, 2, dtype=torch.float64)),
+    ):
+        with raises(
+            "inputs: expected at least one window of at least one token (B, T >= 1), got "
+            "inputs.shape = (0, 6)"
+        ):
+            function(model, inputs[:0], targets[:0])
+        with raises(
+            "targets: expected shape (B, T) = (3, 6) as inputs (one target per input "
+            "token), got targets.shape = (2, 6)"
+        ):
+            function(model, inputs, targets[:2])
+        with raises("targets: expected shape (B, T) = (3, 6)"):
+            function(model, inputs, targets[:, :-1])
+        with raises("targets: expected integer token ids, got dtype torch.float32"):
+            function(model, inputs, targets.float())
+        with raises("inputs: expected at least one window of at least one token"):
+            function(model, inputs[:, :0], targets[:, :0])
+        with raises("targets: expected ids in [0, vocab_size = 5), got values from -100 to"):
+            function(model, inputs, targets.masked_fill(targets == 0, -100))
+        with raises("targets: expected ids in [0, vocab_size = 5), got values from 0 to 7"):
+            function(model, inputs, targets.masked_fill(targets == 1, 7))
+
+
+@pytest.mark.parametrize(
+    ("order", "message"),
+    [
+        ([(0, -1)], "order[0] head: expected an int in [0, 1], got -1"),
+        ([(0, 0), (-1, 1)], "order[1] layer: expected an int in [0, 1], got -1"),
+        ([(2, 0)], "order[0] layer: expected an int in [0, 1], got 2"),
+        ([(0, 2)], "order[0] head: expected an int in [0, 1], got 2"),
+        ([(0, 1), (0, 1)], "order[1]: head (0, 1) is already removed earlier in the order"),
+        ([(0,)], "order[0]: expected a (layer, head) pair, got (0,)"),
+        ([(0.0, 1)], "order[0] layer: expected an int in [0, 1], got 0.0"),
+        ("01", "order: expected a list of (layer, head) pairs, got str"),
+    ],
+)
+def test_a_pruning_order_outside_the_table_of_heads_is_refused(model_and_batch, order, message):
+    model, inputs, targets = model_and_batch
+    with raises(message):
+        analysis.pruning_curve(model, inputs, targets, order)
+
+
+def test_statistics_refuse_weights_that_are_not_attention_weights():
+    tokens = torch.tensor([[1, 2, 3]])
+    for bad in (float("nan"), float("inf"), -0.5):
+        weights = one_hot_weights([0, 0, 1])
+        weights[0, 0, 0, 2, 2] = bad
+        with raises("weights: expected finite, non-negative attention weights"):
+            analysis.head_statistics(weights, tokens, CHARACTERS)
+    with raises(
+        "weights: expected at least one window and one position, got weights.shape = "
+        "(1, 0, 1, 3, 3)"
+    ):
+        analysis.head_statistics(torch.ones(1, 0, 1, 3, 3), tokens[:0], CHARACTERS)
+
+
+def test_roles_orders_and_spreads_refuse_what_they_cannot_rank():
+    statistics = {key: torch.full((1, 1), 0.6) for key in analysis.ROLES}
+    for threshold in (0, -0.5, 1.5, float("nan"), "0.5"):
+        with raises(f"threshold: expected a share in (0, 1], got {threshold!r}"):
+            analysis.name_roles(statistics, threshold)
+    with raises("statistics: expected head_statistics' dict with the keys"):
+        analysis.name_roles({"previous": torch.ones(1, 1)})
+    with raises("scores: expected shape (L, H) (2 dims), got scores.shape = (2,)"):
+        analysis.order_by(torch.tensor([1.0, 2.0]))
+    with raises("scores: expected finite scores to order the heads by, got NaN or inf"):
+        analysis.order_by(torch.tensor([[float("nan"), 2.0]]))
+    with raises("losses: expected a dict configuration -> per-seed losses, got list"):
+        analysis.seed_spread([1.0, 2.0])
+    for values in ([float("nan"), 1.0], ["1.0", "2.0"], [True, False], 1.5):
+        with raises(f"losses: configuration 1 needs a list of finite numbers, got {values!r}"):
+            analysis.seed_spread({1: values})
+    losses = {1: [1.0, 1.1, 1.2], 2: [1.5, 1.6, 1.7]}
+    assert analysis.supported_orderings(losses, 0) == {(1, 2)}
+    for k in (-1.0, float("nan"), float("inf"), None):
+        with raises(f"n_standard_errors: expected a finite number >= 0, got {k!r}"):
+            analysis.supported_orderings(losses, k)

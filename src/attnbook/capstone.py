@@ -10,7 +10,6 @@ dict variant -> state dict) and its manifest ``data/capstone_models.json``;
 manifest against these settings, and says what to re-run when either differs.
 """
 
-import json
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +19,13 @@ from attnbook._checks import check_choice
 from attnbook.decoder import TinyDecoder
 from attnbook.device import get_device
 from attnbook.lm_training import TrainingHistory, train_language_model
-from attnbook.shipped import check_sha256, read_shipped, read_state_dict
+from attnbook.shipped import (
+    check_sha256,
+    manifest_fields,
+    read_manifest,
+    read_shipped,
+    read_state_dict,
+)
 
 MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "max_len": 64}
 VARIANTS = {  # name: TinyDecoder's attention keyword arguments
@@ -153,17 +158,29 @@ def load_capstone_models(device: torch.device | str | None = None) -> CapstoneMo
 
     Raises ``FileNotFoundError`` when a shipped file is missing, and ``ValueError`` when the
     weights' sha256 differs from the manifest's, the manifest's config from this module's
-    settings, or a state dict from its model; each error names the script to re-run.
+    settings, or a state dict from its model, and when the manifest is truncated or
+    incomplete; each error names the file and the script to re-run.
     """
-    manifest = json.loads(_read_shipped(MANIFEST))
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), RETRAIN)
     weights = _read_shipped(WEIGHTS)
-    check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
-    _check_config(manifest)
+    with manifest_fields(MANIFEST, RETRAIN):
+        check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
+        _check_config(manifest)
+        vocab_size = manifest["config"]["model"]["vocab_size"]
+        recorded = {name: manifest["variants"][name] for name in VARIANTS}
+        histories = {
+            name: TrainingHistory(
+                recorded[name]["steps"],
+                recorded[name]["validation_losses"],
+                recorded[name]["final_training_loss"],
+            )
+            for name in VARIANTS
+        }
     states = read_state_dict(weights)
     device = get_device() if device is None else torch.device(device)
-    models, histories = {}, {}
+    models = {}
     for name in VARIANTS:
-        model = build_capstone_model(name, manifest["config"]["model"]["vocab_size"])
+        model = build_capstone_model(name, vocab_size)
         try:
             model.load_state_dict(states[name])
         except (KeyError, RuntimeError) as error:
@@ -172,8 +189,4 @@ def load_capstone_models(device: torch.device | str | None = None) -> CapstoneMo
                 f"({error!r})"
             ) from error
         models[name] = model.to(device).eval()
-        recorded = manifest["variants"][name]
-        histories[name] = TrainingHistory(
-            recorded["steps"], recorded["validation_losses"], recorded["final_training_loss"]
-        )
     return CapstoneModels(models, histories, manifest)

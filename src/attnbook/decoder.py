@@ -149,7 +149,8 @@ def _check_position_scheme(
 class TinyDecoder(nn.Module):
     """A decoder-only model: token and position embeddings, ``n_layers`` blocks, an LM head.
 
-    ``forward(tokens, caches=None)`` takes token ids (B, T) in [0, vocab_size) and returns
+    ``forward(tokens, caches=None)`` takes token ids (B, T) in [0, vocab_size), of any integer
+    dtype (converted to int64; float, bool and complex ids are refused), and returns
     logits (B, T, V) for V = ``vocab_size``. With ``caches`` (one cache per layer, see
     :meth:`new_caches`) the T tokens are taken to follow the positions already cached: their
     positions start at the cache's length, and each layer attends over the cached keys and
@@ -222,10 +223,12 @@ class TinyDecoder(nn.Module):
         """One empty cache per layer, made by the layer's attention (``new_cache()``)."""
         return [block.attention.new_cache() for block in self.blocks]
 
-    def _check_tokens(self, tokens: Tensor, past: int) -> None:
+    def _check_tokens(self, tokens: Tensor, past: int) -> Tensor:
+        """The token ids as int64 (uint8, int16, ... are converted), after checking them."""
         check_tensor("tokens", tokens, "(B, T)", rank=2)
         if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise ValueError(f"tokens: expected integer token ids, got dtype {tokens.dtype}")
+        tokens = tokens.long()  # the embedding takes int64 ids; unsigned ones have no min()
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             raise ValueError(
                 f"tokens: expected ids in [0, vocab_size = {self.vocab_size}), got values from "
@@ -236,9 +239,10 @@ class TinyDecoder(nn.Module):
                 f"tokens: {past} cached + {tokens.size(1)} new positions exceed max_len = "
                 f"{self.max_len}; got tokens.shape = {shape_of(tokens)}"
             )
+        return tokens
 
     def _embed(self, tokens: Tensor, past: int) -> Tensor:
-        self._check_tokens(tokens, past)
+        tokens = self._check_tokens(tokens, past)
         x = self.token_embedding(tokens)  # (B, T, D)
         positions = torch.arange(past, past + tokens.size(1), device=tokens.device)  # (T,)
         if self.positions == "learned":
@@ -340,7 +344,8 @@ def greedy_generate(
             f"{prompt.size(1) + n_new - 1} positions, more than max_len = {model.max_len}"
         )
     caches = model.new_caches() if use_cache else None
-    tokens, step_input, step_logits = prompt, prompt, []
+    # The model checks the prompt's ids at the first step; the output holds them as int64.
+    tokens, step_input, step_logits = prompt.long(), prompt, []
     for _ in range(n_new):
         logits = model(step_input, caches)[:, -1]  # (B, V): the last position's scores
         next_token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)

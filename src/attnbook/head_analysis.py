@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnbook._checks import check_tensor
+from attnbook._checks import check_int, check_tensor, shape_of
 
 SEPARATORS = frozenset(" \n.,;:!?'()")
 
@@ -38,17 +38,26 @@ def _mean_over_queries(values: Tensor, valid: Tensor) -> Tensor:
     return (values * weights).sum(dim=(1, 3)) / weights.sum(dim=(1, 3)).clamp(min=1)
 
 
+def _check_token_ids(name: str, tokens: object, layout: str = "(B, T)") -> None:
+    """Token ids: a (B, T) tensor of an integer dtype."""
+    check_tensor(name, tokens, layout, rank=2)
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
+
+
 def induction_targets(tokens: Tensor) -> Tensor:
     """(B, T, T) bool: key j is the character after an earlier occurrence of query i's character.
 
-    That is tokens[j - 1] == tokens[i] with 1 <= j <= i: the key an induction head looks at to
-    predict that what followed the earlier copy comes next.
+    That is tokens[j - 1] == tokens[i] with 1 <= j < i: the key an induction head looks at to
+    predict that what followed the earlier copy comes next. Key j = i (the query's own
+    position, when the previous character equals the current one, as in "ll") is left out:
+    looking at the current character is the ``current`` statistic, not copying.
     """
-    check_tensor("tokens", tokens, "(B, T)", rank=2)
+    _check_token_ids("tokens", tokens)
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): tokens[i] == tokens[j]
     shifted = torch.zeros_like(same)
     shifted[:, :, 1:] = same[:, :, :-1]  # (B, T, T): tokens[i] == tokens[j - 1]
-    earlier = torch.ones_like(same[0]).tril(diagonal=-1)  # (T, T): j - 1 < i, so j <= i
+    earlier = torch.ones_like(same[0]).tril(diagonal=-1)  # (T, T): j < i
     return shifted & earlier  # (B, T, T)
 
 
@@ -62,7 +71,8 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     punctuation), ``induction`` (on the keys :func:`induction_targets` marks, over the queries
     that have one). Queries 0 (and 1 for ``first``) are left out where the statistic is trivial.
     """
-    check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
+    _check_statistics_inputs(weights, tokens, characters)
+    tokens = tokens.long()  # an index: uint8 or bool ids would be read as a mask
     length = weights.size(-1)
     positions = torch.arange(length, device=weights.device)
     distance = (positions[:, None] - positions[None, :]).clamp(min=0).to(weights.dtype)  # (T, T)
@@ -92,8 +102,58 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     }
 
 
+def _check_statistics_inputs(weights: object, tokens: object, characters: object) -> None:
+    """weights (L, B, H, T, T), tokens (B, T) with the same B and T, ids < len(characters)."""
+    check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
+    if weights.size(-1) != weights.size(-2):
+        raise ValueError(
+            f"weights: expected causal self-attention weights (L, B, H, T, T) with as many keys "
+            f"as queries, got weights.shape = {shape_of(weights)}"
+        )
+    if weights.size(1) == 0 or weights.size(-1) == 0:
+        raise ValueError(
+            f"weights: expected at least one window and one position, got weights.shape = "
+            f"{shape_of(weights)}"
+        )
+    if not torch.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError(
+            "weights: expected finite, non-negative attention weights, got NaN, inf or negative "
+            "values"
+        )
+    _check_token_ids("tokens", tokens)
+    batch, length = weights.size(1), weights.size(-1)
+    if tokens.shape != (batch, length):
+        raise ValueError(
+            f"tokens: expected shape (B, T) = ({batch}, {length}) as in weights (L, B, H, T, T) "
+            f"= {shape_of(weights)}, got tokens.shape = {shape_of(tokens)}"
+        )
+    if not isinstance(characters, list | tuple | str) or not all(
+        isinstance(c, str) for c in characters
+    ):
+        raise ValueError(
+            f"characters: expected the vocabulary as a list of strings (id -> character), got "
+            f"{type(characters).__name__}"
+        )
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= len(characters)):
+        raise ValueError(
+            f"tokens: expected ids in [0, len(characters) = {len(characters)}), got values from "
+            f"{tokens.min().item()} to {tokens.max().item()}"
+        )
+
+
 def name_roles(statistics: dict[str, Tensor], threshold: float = ROLE_THRESHOLD) -> list[list[str]]:
-    """[layer][head] -> the role whose statistic reaches ``threshold``, else ``"mixed"``."""
+    """[layer][head] -> the role whose statistic reaches ``threshold``, else ``"mixed"``.
+
+    ``statistics`` as :func:`head_statistics` returns them; ``threshold`` in (0, 1].
+    """
+    missing = [key for key in ROLES if key not in statistics]
+    if missing:
+        raise ValueError(
+            f"statistics: expected head_statistics' dict with the keys {list(ROLES)}, missing "
+            f"{missing}"
+        )
+    if not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+        raise ValueError(f"threshold: expected a share in (0, 1], got {threshold!r}")
     shares = torch.stack([statistics[key] for key in ROLES])  # (roles, L, H)
     best, index = shares.max(dim=0)  # (L, H) each
     names = list(ROLES.values())
@@ -113,20 +173,45 @@ def _gates(model: nn.Module) -> Tensor:
     return torch.ones(shape, dtype=parameter.dtype, device=parameter.device)  # (L, H)
 
 
+def _check_windows(model: nn.Module, inputs: object, targets: object) -> None:
+    """inputs (B, T) and targets (B, T): at least one window and token, one target per input
+    token, each a token id of the model's vocabulary."""
+    _check_token_ids("inputs", inputs)
+    if inputs.size(0) == 0 or inputs.size(1) == 0:
+        raise ValueError(
+            f"inputs: expected at least one window of at least one token (B, T >= 1), got "
+            f"inputs.shape = {shape_of(inputs)}"
+        )
+    _check_token_ids("targets", targets)
+    if targets.shape != inputs.shape:
+        raise ValueError(
+            f"targets: expected shape (B, T) = {shape_of(inputs)} as inputs (one target per "
+            f"input token), got targets.shape = {shape_of(targets)}"
+        )
+    low, high = targets.long().min().item(), targets.long().max().item()
+    if low < 0 or high >= model.vocab_size:
+        raise ValueError(
+            f"targets: expected ids in [0, vocab_size = {model.vocab_size}), got values from "
+            f"{low} to {high}"
+        )
+
+
 def _loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> Tensor:
     logits = model(inputs, head_mask=gates)  # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten().long())
 
 
 @torch.no_grad()
 def masked_loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> float:
     """Mean next-token loss of inputs (B, T) vs targets (B, T) with head gates (L, H)."""
+    _check_windows(model, inputs, targets)
     return _loss(model, inputs, targets, gates).item()
 
 
 @torch.no_grad()
 def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
+    _check_windows(model, inputs, targets)
     gates = _gates(model)  # (L, H)
     base = masked_loss(model, inputs, targets, gates)
     increase = torch.zeros_like(gates)
@@ -143,6 +228,7 @@ def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Te
     One backward pass per window (B of them): the absolute value is taken per window, before
     the mean, as in the paper.
     """
+    _check_windows(model, inputs, targets)
     total = _gates(model).zero_()  # (L, H)
     for window, target in zip(inputs, targets, strict=True):
         gates = _gates(model).requires_grad_()
@@ -156,8 +242,14 @@ def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Te
 def pruning_curve(
     model: nn.Module, inputs: Tensor, targets: Tensor, order: list[tuple[int, int]]
 ) -> list[float]:
-    """Losses after removing the heads of ``order`` one by one: [every head, -1 head, ...]."""
+    """Losses after removing the heads of ``order`` one by one: [every head, -1 head, ...].
+
+    ``order`` lists distinct (layer, head) pairs, 0 <= layer < L and 0 <= head < H (no
+    counting from the end), as :func:`order_by` gives them.
+    """
+    _check_windows(model, inputs, targets)
     gates = _gates(model)  # (L, H)
+    _check_order(order, *gates.shape)
     losses = [masked_loss(model, inputs, targets, gates)]
     for layer, head in order:
         gates[layer, head] = 0.0
@@ -165,8 +257,30 @@ def pruning_curve(
     return losses
 
 
+def _check_order(order: object, n_layers: int, n_heads: int) -> None:
+    """``order``: distinct (layer, head) pairs of ints inside an (L, H) table of heads."""
+    if isinstance(order, str | bytes) or not isinstance(order, list | tuple):
+        raise ValueError(
+            f"order: expected a list of (layer, head) pairs, got {type(order).__name__}"
+        )
+    seen = set()
+    for index, pair in enumerate(order):
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"order[{index}]: expected a (layer, head) pair, got {pair!r}")
+        check_int(f"order[{index}] layer", pair[0], low=0, high=n_layers - 1)
+        check_int(f"order[{index}] head", pair[1], low=0, high=n_heads - 1)
+        if tuple(pair) in seen:
+            raise ValueError(
+                f"order[{index}]: head {tuple(pair)} is already removed earlier in the order"
+            )
+        seen.add(tuple(pair))
+
+
 def order_by(scores: Tensor, *, descending: bool = False) -> list[tuple[int, int]]:
     """(layer, head) pairs of an (L, H) score table, least important first by default."""
+    check_tensor("scores", scores, "(L, H)", rank=2)
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores: expected finite scores to order the heads by, got NaN or inf")
     flat = scores.flatten().argsort(descending=descending, stable=True).tolist()
     n_heads = scores.size(1)
     return [(index // n_heads, index % n_heads) for index in flat]
@@ -178,7 +292,19 @@ def seed_spread(losses: dict) -> dict:
     ``losses`` maps a configuration (a head count, say) to its per-seed values, at least two
     each. The standard deviation divides by n - 1; the standard error is it over sqrt(n).
     """
+    if not isinstance(losses, dict):
+        raise ValueError(
+            f"losses: expected a dict configuration -> per-seed losses, got {type(losses).__name__}"
+        )
     for key, values in losses.items():
+        real = isinstance(values, list | tuple) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
+        if not real:
+            raise ValueError(
+                f"losses: configuration {key!r} needs a list of finite numbers, got {values!r}"
+            )
         if len(values) < 2:
             raise ValueError(
                 f"losses: configuration {key!r} needs at least 2 seeds for a spread, got "
@@ -197,6 +323,14 @@ def supported_orderings(losses: dict, n_standard_errors: float = 2.0) -> set[tup
     The rule: mean_a + k se_a < mean_b - k se_b for k = ``n_standard_errors``, that is, the
     intervals mean +- k standard errors do not overlap. ``losses`` as for :func:`seed_spread`.
     """
+    if (
+        not isinstance(n_standard_errors, int | float)
+        or not math.isfinite(n_standard_errors)
+        or n_standard_errors < 0
+    ):
+        raise ValueError(
+            f"n_standard_errors: expected a finite number >= 0, got {n_standard_errors!r}"
+        )
     spread = seed_spread(losses)
     upper = {key: mean + n_standard_errors * error for key, (mean, _, error) in spread.items()}
     lower = {key: mean - n_standard_errors * error for key, (mean, _, error) in spread.items()}

@@ -9,14 +9,19 @@ refuses weights whose hash or shapes do not match it, saying what to run (the fi
 helpers are :mod:`attnbook.shipped`'s).
 """
 
-import json
 from dataclasses import dataclass
 
 import torch
 
 from attnbook.decoder import TinyDecoder
 from attnbook.device import get_device
-from attnbook.shipped import check_sha256, read_shipped, read_state_dict
+from attnbook.shipped import (
+    check_sha256,
+    manifest_fields,
+    read_manifest,
+    read_shipped,
+    read_state_dict,
+)
 from attnbook.text import CharVocabulary
 
 WEIGHTS = "reference_model.pt"
@@ -47,12 +52,15 @@ def load_reference_model(device: torch.device | str | None = None) -> ReferenceM
     """The reference model on ``device`` (default :func:`attnbook.get_device`), in eval mode.
 
     Raises ``FileNotFoundError`` when a shipped file is missing and ``ValueError`` when the
-    weights' sha256 or shapes differ from the manifest's; both name the script to re-run.
+    manifest is truncated or incomplete or the weights' sha256 or shapes differ from the
+    manifest's; each names the file and the script to re-run.
     """
-    manifest = json.loads(_read_shipped(MANIFEST))
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), RETRAIN)
     weights = _read_shipped(WEIGHTS)
-    check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
-    model = build_reference_decoder(manifest["config"])
+    with manifest_fields(MANIFEST, RETRAIN):
+        sha256, config, characters = manifest["sha256"], manifest["config"], manifest["characters"]
+        check_sha256(WEIGHTS, weights, sha256, RETRAIN)
+        model = build_reference_decoder(config)
     state = read_state_dict(weights)
     try:
         model.load_state_dict(state)
@@ -61,6 +69,6 @@ def load_reference_model(device: torch.device | str | None = None) -> ReferenceM
             f"data/{WEIGHTS} does not fit the manifest's config {manifest['config']}: "
             f"re-run `{RETRAIN}` ({error})"
         ) from error
-    vocabulary = CharVocabulary(manifest["characters"])
+    vocabulary = CharVocabulary(characters)
     device = get_device() if device is None else torch.device(device)
     return ReferenceModel(model.to(device).eval(), vocabulary, manifest)

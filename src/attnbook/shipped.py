@@ -10,6 +10,8 @@ that regenerates the file.
 import hashlib
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 
@@ -35,6 +37,44 @@ def read_shipped(name: str, regenerate: str) -> bytes:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: regenerate it with `{regenerate}`")
     return path.read_bytes()
+
+
+def read_manifest(name: str, data: bytes, regenerate: str) -> dict:
+    """The JSON object in manifest ``name``; a truncated or non-object one is a ``ValueError``."""
+    try:
+        manifest = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"data/{name} is not valid JSON ({error}): the manifest is truncated or damaged; "
+            f"re-run `{regenerate}`"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise ValueError(
+            f"data/{name}: expected a JSON object, got a JSON {type(manifest).__name__}: re-run "
+            f"`{regenerate}`"
+        )
+    return manifest
+
+
+@contextmanager
+def manifest_fields(name: str, regenerate: str) -> Iterator[None]:
+    """Read manifest ``name``'s fields inside this block.
+
+    A missing field (KeyError) or one of the wrong type (TypeError, IndexError, AttributeError)
+    becomes a ``ValueError`` naming the file and the command ``regenerate`` that rewrites it.
+    """
+    try:
+        yield
+    except KeyError as error:
+        raise ValueError(
+            f"data/{name}: the manifest has no field {error}: it is incomplete; re-run "
+            f"`{regenerate}`"
+        ) from error
+    except (TypeError, IndexError, AttributeError) as error:
+        raise ValueError(
+            f"data/{name}: a field of the manifest has the wrong type ({error}): re-run "
+            f"`{regenerate}`"
+        ) from error
 
 
 def check_sha256(name: str, data: bytes, expected: str, regenerate: str) -> None:

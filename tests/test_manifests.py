@@ -1,0 +1,106 @@
+"""Damaged manifests of the shipped models: each error names the file and the script to re-run.
+
+A truncated manifest used to raise a bare JSONDecodeError and one missing a key a bare KeyError;
+both loaders now say which file is wrong and what regenerates it (attnbook.shipped).
+"""
+
+import json
+
+import pytest
+
+from attnbook import capstone, reference_model
+from attnbook.capstone import load_capstone_models
+from attnbook.reference_model import load_reference_model
+
+LOADERS = {  # module, loader, manifest fields to remove: top level and nested
+    "reference": (
+        reference_model,
+        load_reference_model,
+        [("sha256",), ("config",), ("characters",), ("config", "vocab_size")],
+    ),
+    "capstone": (
+        capstone,
+        load_capstone_models,
+        [
+            ("sha256",),
+            ("config",),
+            ("variants",),
+            ("config", "model"),
+            ("variants", "MLA"),
+            ("variants", "GQA", "validation_losses"),
+        ],
+    ),
+}
+
+
+def damaged(module, monkeypatch, change):
+    """Make the module read its manifest as ``change`` turns the shipped bytes."""
+    shipped = module._read_shipped
+
+    def read(name):
+        data = shipped(name)
+        return change(data) if name == module.MANIFEST else data
+
+    monkeypatch.setattr(module, "_read_shipped", read)
+
+
+def expected_message(module, what):
+    return f"data/{module.MANIFEST}{what}.*re-run `{module.RETRAIN}`"
+
+
+@pytest.mark.parametrize("which", LOADERS)
+@pytest.mark.parametrize("keep", [0.0, 0.5, 0.999])
+def test_a_truncated_manifest_names_the_file_and_the_script(monkeypatch, which, keep):
+    module, load, _ = LOADERS[which]
+    damaged(module, monkeypatch, lambda data: data[: int(len(data) * keep)])
+    with pytest.raises(ValueError, match=expected_message(module, " is not valid JSON")):
+        load("cpu")
+
+
+@pytest.mark.parametrize("which", LOADERS)
+def test_a_manifest_that_is_not_an_object_or_not_text_is_refused(monkeypatch, which):
+    module, load, _ = LOADERS[which]
+    damaged(module, monkeypatch, lambda data: b"[1, 2]")
+    with pytest.raises(ValueError, match=expected_message(module, ": expected a JSON object")):
+        load("cpu")
+    damaged(module, monkeypatch, lambda data: b"\xff\xfe{")
+    with pytest.raises(ValueError, match=expected_message(module, " is not valid JSON")):
+        load("cpu")
+
+
+def incomplete_cases():
+    for which, (_, _, paths) in LOADERS.items():
+        for path in paths:
+            yield pytest.param(which, path, id=f"{which}-{'.'.join(path)}")
+
+
+@pytest.mark.parametrize(("which", "path"), list(incomplete_cases()))
+def test_a_manifest_missing_a_field_names_it_the_file_and_the_script(monkeypatch, which, path):
+    module, load, _ = LOADERS[which]
+
+    def without(data):
+        manifest = json.loads(data)
+        parent = manifest
+        for key in path[:-1]:
+            parent = parent[key]
+        del parent[path[-1]]
+        return json.dumps(manifest).encode()
+
+    damaged(module, monkeypatch, without)
+    message = expected_message(module, f": the manifest has no field '{path[-1]}'")
+    with pytest.raises(ValueError, match=message):
+        load("cpu")
+
+
+@pytest.mark.parametrize("which", LOADERS)
+def test_a_field_of_the_wrong_type_names_the_file_and_the_script(monkeypatch, which):
+    module, load, _ = LOADERS[which]
+
+    def config_as_list(data):
+        manifest = json.loads(data)
+        manifest["config"] = [1, 2]
+        return json.dumps(manifest).encode()
+
+    damaged(module, monkeypatch, config_as_list)
+    with pytest.raises(ValueError, match=expected_message(module, ": a field of the manifest has")):
+        load("cpu")
