@@ -450,3 +450,31 @@ def test_attention_only_model_and_metrics():
         model(torch.zeros(1, 34, dtype=torch.long))
     with raises("vocab_size: expected a positive int, got 0"):
         AttentionOnlyModel(0, d_model=8, n_heads=2, n_layers=1, max_len=4)
+
+
+def test_shipped_gated_models_load_and_match_their_manifest():
+    from attnbook.gated_models import load_gated_models
+
+    shipped = load_gated_models()
+    evaluation = evaluation_batch()
+    for name, model in (("plain", shipped.plain), ("gated", shipped.gated)):
+        metrics = sink_metrics(model, evaluation)
+        curves = shipped.manifest["curves"][name]
+        for key, value in metrics.items():
+            assert value == pytest.approx(curves[key][-1], abs=1e-4), (name, key)
+    assert shipped.gated.layers[0].gate_proj is not None
+    assert shipped.plain.layers[0].gate_proj is None
+
+
+def test_load_gated_models_refuses_changed_weights(monkeypatch):
+    from attnbook import gated_models
+
+    real = gated_models.read_shipped
+
+    def tampered(name, regenerate):
+        data = real(name, regenerate)
+        return data + b"x" if name == gated_models.WEIGHTS else data
+
+    monkeypatch.setattr(gated_models, "read_shipped", tampered)
+    with raises("differs from the manifest's"):
+        gated_models.load_gated_models()
