@@ -69,7 +69,7 @@ class AttentionOnlyModel(nn.Module):
         )
         self.unembed = nn.Linear(d_model, vocab_size, bias=False)
 
-    def _embed(self, tokens: Tensor) -> Tensor:
+    def embed(self, tokens: Tensor) -> Tensor:
         check_tensor("tokens", tokens, "(B, T)", rank=2)
         if tokens.size(1) > self.max_len:
             raise ValueError(
@@ -79,7 +79,7 @@ class AttentionOnlyModel(nn.Module):
         return self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, D)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self._embed(tokens)  # (B, T, D)
+        x = self.embed(tokens)  # (B, T, D)
         for layer in self.layers:
             x = x + layer(x, is_causal=True)[0]  # (B, T, D)
         return self.unembed(x)  # (B, T, V)
@@ -91,7 +91,7 @@ class AttentionOnlyModel(nn.Module):
         The scores are q . k / sqrt(d_head) before the softmax, over the causal entries; x is
         the residual stream entering each layer and leaving the last.
         """
-        x = self._embed(tokens)  # (B, T, D)
+        x = self.embed(tokens)  # (B, T, D)
         allowed = causal_mask(tokens.size(1), device=tokens.device)  # (T, T)
         weights, largest_score, largest_activation = [], [], [x.abs().max().item()]
         for layer in self.layers:
