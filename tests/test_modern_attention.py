@@ -13,6 +13,7 @@ from helpers import as_float64, raises, seeded_randn
 
 from attnbook import (
     GroupedQueryAttention,
+    MultiHeadAttention,
     RollingKVCache,
     TinyDecoder,
     add_sinks_from_lse,
@@ -478,3 +479,15 @@ def test_load_gated_models_refuses_changed_weights(monkeypatch):
     monkeypatch.setattr(gated_models, "read_shipped", tampered)
     with raises("differs from the manifest's"):
         gated_models.load_gated_models()
+
+
+def test_multi_head_attention_passes_the_options_on():
+    torch.manual_seed(0)
+    options = {"window": 3, "output_gate": True, "qk_norm": True, "logit_softcap": 5.0}
+    layer = MultiHeadAttention(16, 4, **options).eval()
+    assert layer.n_kv_heads == 4 and layer.window == 3 and layer.gate_proj is not None
+    x = seeded_randn(2, 6, 16) * 3
+    reference, _ = options_reference(layer, x, window=3, gate=True, qk_norm=True, cap=5.0)
+    output, _ = layer(x, is_causal=True)
+    torch.testing.assert_close(as_float64(output), reference, atol=2e-5, rtol=1e-5)
+    assert MultiHeadAttention(16, 4, sinks=True).sinks.shape == (4,)

@@ -367,7 +367,8 @@ class MultiHeadAttention(GroupedQueryAttention):
     """Multi-head attention (Vaswani et al., 2017): every query head has its own key/value head.
 
     The same module as :class:`GroupedQueryAttention` with ``n_kv_heads == n_heads``; see there
-    for the forward signature and shapes.
+    for the forward signature and shapes, and for the options of today's models (``window``,
+    ``output_gate``, ``qk_norm``, ``logit_softcap``, ``sinks``), passed on unchanged.
     """
 
     def __init__(
@@ -379,6 +380,11 @@ class MultiHeadAttention(GroupedQueryAttention):
         dropout: float = 0.0,
         key_dim: int | None = None,
         value_dim: int | None = None,
+        window: int | None = None,
+        output_gate: bool = False,
+        qk_norm: bool = False,
+        logit_softcap: float | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__(
             d_model,
@@ -388,6 +394,11 @@ class MultiHeadAttention(GroupedQueryAttention):
             dropout=dropout,
             key_dim=key_dim,
             value_dim=value_dim,
+            window=window,
+            output_gate=output_gate,
+            qk_norm=qk_norm,
+            logit_softcap=logit_softcap,
+            sinks=sinks,
         )
 
     def copy_weights_from(self, torch_mha: nn.MultiheadAttention) -> "MultiHeadAttention":
