@@ -694,3 +694,58 @@ def test_without_head(capsys):
 
 
 SOLUTIONS["check_without_head"] = without_head
+
+# Chapter 15
+
+
+def sink_window_mask(T, window, n_sink):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return ((j <= i) & (j > i - window)) | ((j < n_sink) & (j <= i))
+
+
+def weights_with_sink(scores, sinks):
+    sink_column = sinks[:, None, None].expand(*scores.shape[:-1], 1)
+    return torch.cat([scores, sink_column], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+def receptive_field(n_layers, window, seq_len):
+    return min(seq_len, n_layers * (window - 1) + 1)
+
+
+def test_sink_window_mask(capsys):
+    check = exercises.check_sink_window_mask
+    expect_success(check, sink_window_mask, capsys)
+    sinks_in_future = lambda T, w, n: sink_window_mask(T, w, 0) | (torch.arange(T) < n)  # noqa: E731
+    expect_message(check, sinks_in_future, "row 0 may attend to key 1, which is in its future")
+    no_sinks = lambda T, w, n: sink_window_mask(T, w, 0)  # noqa: E731
+    expect_message(check, no_sinks, "row 2 may not attend to key 0, one of the 1 sink keys")
+    too_wide = lambda T, w, n: sink_window_mask(T, w + 1, n)  # noqa: E731
+    expect_message(check, too_wide, "row 3 may attend to key 1, 2 steps back: outside its window")
+    expect_message(check, lambda T, w, n: 0, "should return a boolean tensor, got int")
+
+
+def test_sink_weights(capsys):
+    check = exercises.check_sink_weights
+    expect_success(check, weights_with_sink, capsys)
+    expect_message(check, lambda s, k: s.softmax(-1), "every row sums to 1, so the sink took")
+    kept = lambda s, k: torch.cat([s, k[:, None, None].expand(3, 4, 1)], -1).softmax(-1)  # noqa: E731
+    expect_message(check, kept, "drop the sink's column after the softmax")
+    doubled = lambda s, k: weights_with_sink(s, 2 * k)  # noqa: E731
+    expect_message(check, doubled, "the weights differ from exp(score)")
+
+
+def test_receptive_field(capsys):
+    check = exercises.check_receptive_field
+    expect_success(check, receptive_field, capsys)
+    expect_message(check, lambda L, w, T: min(T, L * w), "each layer reaches window - 1")
+    expect_message(check, lambda L, w, T: L * (w - 1) + 1, "no more than the 20 positions")
+    expect_message(check, lambda L, w, T: float(L), "should return an int, got float")
+
+
+SOLUTIONS.update(
+    {
+        "check_sink_window_mask": sink_window_mask,
+        "check_sink_weights": weights_with_sink,
+        "check_receptive_field": receptive_field,
+    }
+)

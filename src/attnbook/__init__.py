@@ -5,7 +5,7 @@ H_kv key/value heads, D model width, d_head head width. Boolean masks mean True 
 """
 
 from attnbook.additive import AdditiveAttention
-from attnbook.attention import masked_softmax, scaled_dot_product_attention
+from attnbook.attention import masked_softmax, scaled_dot_product_attention, soft_cap
 from attnbook.capstone import (
     CapstoneModels,
     build_capstone_model,
@@ -18,7 +18,13 @@ from attnbook.efficient import online_softmax, tiled_attention
 from attnbook.explore import AttentionExplorer, explore
 from attnbook.gqa_conversion import mean_pool_kv_heads
 from attnbook.heads import gate_heads, merge_heads, repeat_kv, split_heads
-from attnbook.kv_cache import KVCache, kv_cache_bytes_per_token
+from attnbook.kv_cache import (
+    KVCache,
+    RollingKVCache,
+    kv_cache_bytes,
+    kv_cache_bytes_per_token,
+    latent_cache_bytes_per_token,
+)
 from attnbook.latent import LatentCache, MultiHeadLatentAttention
 from attnbook.lm_training import (
     TrainingHistory,
@@ -26,7 +32,7 @@ from attnbook.lm_training import (
     next_token_loss,
     train_language_model,
 )
-from attnbook.masks import causal_mask, padding_mask
+from attnbook.masks import causal_mask, padding_mask, sliding_window_mask
 from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads, plot_mask, plot_scores, use_book_style
@@ -51,6 +57,12 @@ from attnbook.seq2seq import (
 )
 from attnbook.seq2seq_training import sequence_loss, token_accuracy, train_seq2seq
 from attnbook.shipped import shipped_file
+from attnbook.sinks import (
+    add_sinks_from_lse,
+    attention_with_sinks,
+    decoder_logits_with_mask,
+    streaming_mask,
+)
 from attnbook.tasks import decode_ids, encode_words, reversal_batch
 from attnbook.text import (
     CharVocabulary,
@@ -136,6 +148,16 @@ __all__ = [
     "train_seq2seq",
     "train_validation_split",
     "use_book_style",
+    # Chapter 15
+    "RollingKVCache",
+    "add_sinks_from_lse",
+    "attention_with_sinks",
+    "decoder_logits_with_mask",
+    "kv_cache_bytes",
+    "latent_cache_bytes_per_token",
+    "sliding_window_mask",
+    "soft_cap",
+    "streaming_mask",
 ]
 
 # Chapter 1's shipped models (the ch00_03 round).

@@ -864,3 +864,77 @@ def check_scale_for(fn: Callable[[int, float], float]) -> None:
 
 
 __all__ += ["check_scale_for"]
+
+# Chapter 15: sliding windows and sinks.
+
+
+@_checker
+def check_sink_window_mask(fn: Callable[[int, int, int], Tensor]) -> None:
+    """``fn(T, window, n_sink)``: StreamingLLM's (T, T) mask, the last keys plus the first ones."""
+    from attnbook.sinks import streaming_mask
+
+    for length, window, n_sink in [(6, 2, 1), (8, 3, 2), (5, 1, 0), (4, 2, 6), (7, 7, 3)]:
+        call = f"sink_window_mask({length}, {window}, {n_sink})"
+        mask = _check_bool_mask(_call(fn, call, length, window, n_sink), call, (length, length))
+        expected = streaming_mask(length, window, n_sink)
+        if torch.equal(mask, expected):
+            continue
+        row, key = _first_difference(mask, expected)
+        if mask[row, key] and key > row:
+            _fail(f"{call}: row {row} may attend to key {key}, which is in its future")
+        if mask[row, key]:
+            _fail(
+                f"{call}: row {row} may attend to key {key}, {row - key} steps back: outside "
+                f"its window of {window} keys (itself included) and not one of the first {n_sink}"
+            )
+        if key < n_sink:
+            _fail(f"{call}: row {row} may not attend to key {key}, one of the {n_sink} sink keys")
+        _fail(f"{call}: row {row} may not attend to key {key}, which is inside its window")
+    _succeed("the last `window` keys plus the first `n_sink`, never a key in the future")
+
+
+@_checker
+def check_sink_weights(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+    """``fn(scores (H, T, S), sinks (H,))`` -> weights (H, T, S) of a softmax with a sink column."""
+    generator = _generator(0)
+    scores = torch.randn(3, 4, 5, generator=generator).double()  # (H, T, S)
+    scores = scores.masked_fill(~causal_mask(4, 5, align="bottom-right"), float("-inf"))
+    sinks = torch.tensor([-2.0, 0.0, 1.5], dtype=torch.float64)  # (H,)
+    call = "weights_with_sink(scores (3, 4, 5), sinks (3,))"
+    result = _as_tensor(_call(fn, call, scores.clone(), sinks.clone()), call, "a tensor")
+    if tuple(result.shape) != (3, 4, 5):
+        extra = " (drop the sink's column after the softmax)" if result.shape[-1] == 6 else ""
+        _fail(f"{call} should return shape (H, T, S) = (3, 4, 5), got {tuple(result.shape)}{extra}")
+    lse = torch.logsumexp(scores, dim=-1)  # (H, T)
+    expected = torch.exp(scores - torch.logaddexp(lse, sinks[:, None])[..., None])  # (H, T, S)
+    if _close(result, expected, atol=1e-6):
+        _succeed("rows sum to 1 - p_sink: the sink takes its share and leaves no value behind")
+        return
+    if _close(result.sum(-1), torch.ones(3, 4), atol=1e-6):
+        _fail(f"{call}: every row sums to 1, so the sink took nothing; normalise over S + 1")
+    _fail(f"{call}: the weights differ from exp(score) / (sum of exp(scores) + exp(sink))")
+
+
+@_checker
+def check_receptive_field(fn: Callable[[int, int, int], int]) -> None:
+    """``fn(n_layers, window, seq_len)`` -> input positions that can reach the last output."""
+    for n_layers, window, seq_len in [(1, 4, 24), (5, 4, 24), (3, 1, 10), (10, 5, 20), (2, 3, 99)]:
+        call = f"receptive_field({n_layers}, {window}, {seq_len})"
+        result = _call(fn, call, n_layers, window, seq_len)
+        if isinstance(result, bool) or not isinstance(result, int):
+            _fail(f"{call} should return an int, got {type(result).__name__}")
+        expected = min(seq_len, n_layers * (window - 1) + 1)
+        if result == expected:
+            continue
+        if result == min(seq_len, n_layers * window):
+            _fail(
+                f"{call} returned {result}, expected {expected}: each layer reaches "
+                f"window - 1 positions further back; the position itself is counted once"
+            )
+        if result == n_layers * (window - 1) + 1:
+            _fail(f"{call} returned {result}: no more than the {seq_len} positions that exist")
+        _fail(f"{call} returned {result}, expected {expected}")
+    _succeed("L * (W - 1) + 1 positions, capped by the sequence's length")
+
+
+__all__ += ["check_receptive_field", "check_sink_weights", "check_sink_window_mask"]
