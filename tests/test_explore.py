@@ -188,6 +188,27 @@ BAD_INPUTS = [  # (weights, query_tokens, keyword arguments, expected message)
     (torch.ones(6, 6, 6), TOKENS, {"n_kv_heads": 0}, "n_kv_heads: expected a positive int"),
     (torch.ones(2, 6, 6), TOKENS, {"head_labels": ["a"]}, "head_labels: expected 2 labels"),
     (torch.ones(6, 6), TOKENS, {"title": 3}, "title: expected a string or None"),
+    (
+        torch.tensor([[1e16, 0.0], [0.0, 1.0]]),
+        labels(2),
+        {},
+        "weights: expected weights of at most 1e\\+12 .* got 1e\\+16 at index \\(0, 0\\)",
+    ),
+    (torch.full((2, 2), 1e12 + 1e6), labels(2), {}, "weights: expected weights of at most"),
+    (torch.ones(2, 2, dtype=torch.complex64), labels(2), {}, "weights: expected real .* complex"),
+    (np.ones((2, 2), dtype=np.complex128), labels(2), {}, "weights: expected real .* complex"),
+    ([[1j, 0], [0, 1]], labels(2), {}, "weights: expected real attention weights, got complex"),
+    (
+        torch.ones(2, 2),
+        ["a", "b\udc80"],
+        {},
+        "query_tokens\\[1\\]: expected text that is valid Unicode, got 'b\\\\udc80' with a lone "
+        "surrogate '\\\\udc80' at character 1",
+    ),
+    (torch.ones(2, 2), ["a", "b"], {"key_tokens": ["\ud800", "c"]}, "key_tokens\\[0\\]: .*Unicode"),
+    (torch.ones(2, 2, 2), ["a", "b"], {"head_labels": ["h", "\udfff"]}, "head_labels\\[1\\]"),
+    (torch.ones(2, 2), ["a", "b"], {"title": "t\ud800"}, "title: expected text that is valid"),
+    (torch.ones(1, 2, 2), ["a", "b"], {"frame_labels": ["\ud800"]}, "frame_labels\\[0\\]"),
 ]
 
 
@@ -195,6 +216,83 @@ BAD_INPUTS = [  # (weights, query_tokens, keyword arguments, expected message)
 def test_bad_input_names_the_argument_and_shape(weights, query_tokens, arguments, message):
     with pytest.raises(ValueError, match=message):
         explore(weights, query_tokens, **arguments)
+
+
+def framed_weights(n_frames, *shape):
+    """Frames that differ: frame f is softmax weights drawn with seed f."""
+    return torch.stack([softmax_weights(*shape, seed=f) for f in range(n_frames)])
+
+
+@pytest.mark.parametrize(
+    ("shape", "layers_heads"),
+    [((6, 6), (1, 1)), ((3, 6, 6), (1, 3)), ((2, 3, 6, 6), (2, 3))],
+)
+def test_frames_add_one_leading_axis_to_every_rank(shape, layers_heads):
+    weights = framed_weights(4, *shape)  # (F, ...)
+    labels = ["step 0", "step 100", "step 200", "step 800"]
+    explorer = explore(weights, TOKENS, frame_labels=labels)
+    assert explorer.shape == (*layers_heads, 6, 6) and explorer.frames == 4
+    data = payload(explorer)
+    assert (data["frames"], data["frameLabels"]) == (4, labels)
+    embedded = np.array(data["weights"]).reshape(4, *layers_heads, 6, 6) / 10 ** data["decimals"]
+    expected = weights.reshape(4, *layers_heads, 6, 6).numpy()
+    np.testing.assert_allclose(embedded, expected, atol=5e-4 + 1e-9, rtol=0)
+    assert repr(explorer).startswith("AttentionExplorer(frames=4, layers=")
+
+
+def test_frame_labels_are_shown_as_given():
+    labels = ["step 0", "</script><img src=x onerror=alert(1)>", "schritt 3 \u00e9\u6b65", "  "]
+    explorer = explore(framed_weights(4, 6, 6), TOKENS, frame_labels=labels)
+    assert payload(explorer)["frameLabels"] == labels
+    data_element = explorer.html.split('class="attnx-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in data_element
+
+
+def test_without_frames_there_is_one_frame_and_no_slider_labels():
+    explorer = explore(softmax_weights(2, 6, 6), TOKENS)
+    data = payload(explorer)
+    assert (explorer.frames, data["frames"], data["frameLabels"]) == (1, 1, None)
+    assert "slider" not in explorer.html.split('class="attnx-fallback">', 1)[1].split("</p>")[0]
+
+
+def test_one_frame_with_a_label_is_a_framed_explorer():
+    explorer = explore(softmax_weights(1, 6, 6), TOKENS, frame_labels=["only"])
+    assert explorer.shape == (1, 1, 6, 6) and payload(explorer)["frameLabels"] == ["only"]
+    assert "a slider over 1 frame(s)" in explorer.html
+
+
+def test_framed_html_is_deterministic_and_follows_the_labels():
+    weights = framed_weights(3, 2, 6, 6)
+    first = explore(weights, TOKENS, frame_labels=["a", "b", "c"])
+    again = explore(weights.clone(), TOKENS, frame_labels=["a", "b", "c"])
+    other = explore(weights, TOKENS, frame_labels=["a", "b", "d"])
+    assert first.html == again.html != other.html
+
+
+def test_frame_cap_counts_every_frame():
+    one_frame = torch.full((4, 120, 120), 1 / 120)  # 57,600 cells: under the cap
+    explore(one_frame, labels(120))
+    framed = one_frame.expand(5, 4, 120, 120)  # 288,000 cells: over it
+    with pytest.raises(ValueError, match="288,000 cells, .* \\(F \\* L \\* H \\* T \\* S\\)"):
+        explore(framed, labels(120), frame_labels=labels(5))
+
+
+BAD_FRAMES = [  # (weights, frame_labels, expected message)
+    (torch.ones(3, 6, 6), ["a", "b"], "frame_labels: expected 3 labels \\(one per frame .* got 2"),
+    (torch.ones(3, 6, 6), ["a"] * 4, "frame_labels: expected 3 labels .*\\(3, 6, 6\\).* got 4"),
+    (torch.ones(3, 6, 6), [], "frame_labels: expected 3 labels .* got 0"),
+    (torch.ones(3, 6, 6), "abc", "frame_labels: expected a list of 3 labels"),
+    (torch.ones(3, 6, 6), 3, "frame_labels: expected a list of 3 labels .* got int"),
+    (torch.ones(6, 6), ["a"] * 6, "weights: expected shape \\(F, T, S\\), .* got shape \\(6, 6\\)"),
+    (torch.ones(1, 1, 1, 1, 6, 6), ["a"], "weights: expected shape \\(F, T, S\\)"),
+    (torch.ones(0, 6, 6), [], "weights: expected at least one"),
+]
+
+
+@pytest.mark.parametrize(("weights", "frame_labels", "message"), BAD_FRAMES)
+def test_bad_frames_name_the_argument(weights, frame_labels, message):
+    with pytest.raises(ValueError, match=message):
+        explore(weights, TOKENS, frame_labels=frame_labels)
 
 
 def test_capstone_sized_explorer_is_small():
@@ -216,3 +314,16 @@ def test_book_uses_are_small():
     assert set(BOOK_CHAPTERS_WITH_EXPLORER) <= chapters, f"explorers found only in {chapters}"
     too_big = {name: size for name, size in sizes.items() if size >= SIZE_LIMIT}
     assert not too_big, f"explorers of {SIZE_LIMIT:,} bytes or more: {too_big}"
+
+
+def test_the_largest_weight_allowed_is_embedded_exactly():
+    weights = torch.tensor([[1e12, 0.0], [0.25, 0.75]], dtype=torch.float64)
+    embedded = payload(explore(weights, labels(2)))["weights"]
+    assert embedded == [10**15, 0, 250, 750]
+    assert max(embedded) < 2**53  # exact as a JavaScript number
+
+
+def test_surrogate_checks_accept_valid_astral_text():
+    emoji = "\U0001f600"  # one code point, two UTF-16 units in the page
+    data = payload(explore(torch.ones(2, 2), [emoji, "\u2028"], title=emoji))
+    assert data["queryTokens"] == [emoji, "\u2028"] and data["title"] == emoji

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ from attnbook import (
     apply_rope,
     greedy_generate,
     make_attention,
+    rope_angles,
     rope_permutation,
     scaled_dot_product_attention,
     sinusoidal_encoding,
@@ -305,8 +307,12 @@ def test_bad_module_arguments_raise_errors_naming_the_argument():
         GroupedQueryAttention(12, 4, 2, rope=True)
     with raises("rope_layout: expected one of ('adjacent', 'halves'), got 'llama'"):
         GroupedQueryAttention(16, 4, 2, rope=True, rope_layout="llama")
-    with raises("rope_base: expected a finite number > 0, got 0.0"):
-        GroupedQueryAttention(16, 4, 2, rope=True, rope_base=0.0)
+    for base in (0.0, -10000.0, 1, float("inf"), "10000"):
+        with raises(
+            f"rope_base: expected a finite number > 1 (frequencies base^(-2i/dim) fall "
+            f"from 1), got {base!r}"
+        ):
+            GroupedQueryAttention(16, 4, 2, rope=True, rope_base=base)
     x = torch.zeros(1, 3, 16)
     with raises("key: this layer has a rotary embedding (rope=True), which needs self-attention"):
         GroupedQueryAttention(16, 4, 2, rope=True)(x, x)
@@ -320,3 +326,75 @@ def test_bad_module_arguments_raise_errors_naming_the_argument():
         decoder("rope", kv_latent_dim=6)
     with raises("rope: latent attention has its own decoupled rotary key"):
         make_attention(16, 4, kv_latent_dim=6, rope=True)
+
+
+BAD_BASES = [
+    -10000.0,
+    0,
+    0.5,
+    1.0,
+    float("inf"),
+    float("nan"),
+    "10000",
+    None,
+    True,
+    torch.tensor(2.0),
+]
+
+
+@pytest.mark.parametrize("base", BAD_BASES, ids=repr)
+def test_a_bad_base_is_refused_by_every_function_that_takes_one(base):
+    message = "base: expected a finite number > 1 (frequencies base^(-2i/dim) fall from 1), got "
+    positions = torch.arange(3)
+    with raises(message + repr(base)):
+        rope_angles(positions, 4, base)
+    with raises(message + repr(base)):
+        sinusoidal_encoding(positions, 4, base)
+    with raises(message + repr(base)):
+        apply_rope(torch.zeros(3, 4), positions, base)
+
+
+def test_other_real_bases_work_and_differ_from_the_default():
+    positions = torch.arange(5)
+    default = rope_angles(positions, 8)
+    for base in (2, 500.0, np.float64(10000.0), np.int64(10000)):
+        angles = rope_angles(positions, 8, base)
+        assert torch.isfinite(angles).all()
+        assert torch.equal(angles, default) == (float(base) == 10000.0)
+
+
+ANY_FLOAT = "dtype: expected a floating dtype (torch.float16, torch.bfloat16, torch.float32 or "
+WIDE = "dtype: expected torch.float32 or torch.float64 (in 16 bits angles are radians off), got "
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.int64, torch.int32, torch.bool, torch.complex64, "float32", float, None]
+)
+def test_a_non_floating_dtype_is_refused(dtype):
+    positions = torch.arange(3)
+    with raises(ANY_FLOAT + f"torch.float64), got {dtype!r}"):
+        sinusoidal_encoding(positions, 4, dtype=dtype)
+    with raises(ANY_FLOAT + f"torch.float64), got {dtype!r}"):
+        alibi_bias(2, 3, dtype=dtype)
+    with raises(WIDE + repr(dtype)):
+        rope_angles(positions, 4, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rope_angles_refuses_16_bits_but_the_encodings_compute_wider(dtype):
+    positions = torch.arange(1400, 1403)
+    with raises(WIDE + repr(dtype)):
+        rope_angles(positions, 4, dtype=dtype)
+    wide = sinusoidal_encoding(positions, 4, dtype=torch.float64)
+    torch.testing.assert_close(sinusoidal_encoding(positions, 4, dtype=dtype), wide.to(dtype))
+    bias = alibi_bias(2, 3, dtype=dtype)
+    assert bias.dtype == dtype and bias[0, 0, 1] == float("-inf")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_positions_that_are_not_finite_are_refused(bad):
+    positions = torch.tensor([0.0, 1.0, bad])
+    with raises(f"positions: expected finite positions, got {bad}"):
+        apply_rope(torch.zeros(3, 4), positions)
+    with raises("positions: expected finite positions"):
+        sinusoidal_encoding(positions, 4)

@@ -5,9 +5,12 @@ what it expected, so a reader sees the mistake rather than a broadcasting error 
 """
 
 import math
+import numbers
 
 import torch
 from torch import Tensor
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def shape_of(tensor: Tensor) -> str:
@@ -305,6 +308,10 @@ def check_positions(positions: object, length: int | None = None, other: str = "
             f"positions: expected shape (T,) with T = {length} as in {other}, got "
             f"positions.shape = {shape_of(positions)}"
         )
+    if positions.dtype.is_floating_point and not torch.isfinite(positions).all():
+        raise ValueError(
+            f"positions: expected finite positions, got {positions[~torch.isfinite(positions)][0]}"
+        )
 
 
 def check_positive(name: str, value: object) -> None:
@@ -312,3 +319,34 @@ def check_positive(name: str, value: object) -> None:
     bad_type = isinstance(value, bool) or not isinstance(value, int | float)
     if bad_type or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+
+
+def check_base(name: str, value: object) -> None:
+    """A frequency base (of RoPE or sinusoidal encodings) is a finite real number above 1.
+
+    The frequencies base^(-2i/dim) then fall from 1 towards 0 over the feature pairs; a base of
+    1 or less gives equal or rising ones, a negative base NaN, an infinite one zero frequencies.
+    """
+    bad_type = isinstance(value, bool) or not isinstance(value, numbers.Real)
+    if bad_type or not math.isfinite(value) or value <= 1:
+        raise ValueError(
+            f"{name}: expected a finite number > 1 (frequencies base^(-2i/dim) fall from 1), "
+            f"got {value!r}"
+        )
+
+
+def check_float_dtype(name: str, dtype: object, wide: bool = False) -> None:
+    """``dtype`` is a real floating torch dtype: float16, bfloat16, float32 or float64.
+
+    With ``wide``, only float32 and float64: what must not be computed in 16 bits (angles).
+    """
+    if wide and dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"{name}: expected torch.float32 or torch.float64 (in 16 bits angles are radians "
+            f"off), got {dtype!r}"
+        )
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(
+            f"{name}: expected a floating dtype (torch.float16, torch.bfloat16, torch.float32 or "
+            f"torch.float64), got {dtype!r}"
+        )

@@ -13,7 +13,9 @@ kernel and no network. It shows
 - a token view: queries on the left, keys on the right, one line per pair whose opacity is the
   weight; hovering or selecting a query shows only its lines;
 - a head selector: one thumbnail per (layer, head), grouped by key/value head when
-  ``n_kv_heads`` is given (grouped-query attention).
+  ``n_kv_heads`` is given (grouped-query attention);
+- with ``frame_labels``, a slider that steps through frames (e.g. snapshots taken during
+  training): the heatmap, token view and thumbnails show the chosen frame's weights.
 
 The weights are embedded rounded to 3 decimals, and element ids come from a hash of the content,
 so re-running a cell gives byte-identical HTML. Where the script does not run (JavaScript off,
@@ -34,19 +36,30 @@ import torch
 from attnbook._checks import check_int
 from attnbook.plotting import CMAP
 
-MAX_CELLS = 250_000  # L * H * T * S; beyond this the page gets slow and the HTML large
+MAX_CELLS = 250_000  # F * L * H * T * S; beyond this the page gets slow and the HTML large
 DECIMALS = 3  # weights are embedded as integers in thousandths
+MAX_WEIGHT = 1e12  # its thousandths stay exact integers in JavaScript (below 2^53)
 N_COLOURS = 64  # stops of the colormap sent to the page
-RANKS = (2, 3, 4)
 EXPECTED = "(T, S), (H, T, S) or (L, H, T, S)"
+EXPECTED_FRAMES = "(F, T, S), (F, H, T, S) or (F, L, H, T, S) with F = len(frame_labels)"
 
 
 def _asset(name: str) -> str:
     return resources.files("attnbook").joinpath("explorer", name).read_text(encoding="utf-8")
 
 
-def _as_weights(weights: object) -> np.ndarray:
-    """The weights as a float64 (L, H, T, S) array, after checking rank, size and values."""
+def _as_weights(weights: object, framed: bool) -> np.ndarray:
+    """The weights as a float64 (F, L, H, T, S) array, after checking rank, size and values.
+
+    Without frames (``framed`` false) F is 1; with frames the first axis is F.
+    """
+    expected = EXPECTED_FRAMES if framed else EXPECTED
+    is_complex = weights.is_complex() if torch.is_tensor(weights) else np.iscomplexobj(weights)
+    if is_complex:
+        raise ValueError(
+            "weights: expected real attention weights, got complex ones; pass their absolute "
+            "value or real part yourself, as the rest of the library refuses complex input"
+        )
     if torch.is_tensor(weights):
         array = weights.detach().to("cpu", torch.float64).numpy()
     else:
@@ -54,20 +67,23 @@ def _as_weights(weights: object) -> np.ndarray:
             array = np.asarray(weights, dtype=np.float64)
         except (TypeError, ValueError) as error:
             raise ValueError(
-                f"weights: expected a tensor or array of shape {EXPECTED}, "
+                f"weights: expected a tensor or array of shape {expected}, "
                 f"got {type(weights).__name__} ({error})"
             ) from None
-    if array.ndim not in RANKS:
-        raise ValueError(f"weights: expected shape {EXPECTED}, got shape {array.shape}")
+    ranks = (3, 4, 5) if framed else (2, 3, 4)
+    if array.ndim not in ranks:
+        raise ValueError(f"weights: expected shape {expected}, got shape {array.shape}")
     if array.size == 0:
         raise ValueError(
             f"weights: expected at least one head, query and key, got shape {array.shape}"
         )
     if array.size > MAX_CELLS:
+        axes = "F * L * H * T * S" if framed else "L * H * T * S"
+        first = "weights[::2] for every other frame" if framed else "weights[:2] for two layers"
         raise ValueError(
             f"weights: shape {array.shape} has {array.size:,} cells, more than the explorer's "
-            f"cap of {MAX_CELLS:,} (L * H * T * S); slice it first, e.g. weights[:2] for two "
-            f"layers or heads, or weights[..., :64, :64] for the first 64 queries and keys"
+            f"cap of {MAX_CELLS:,} ({axes}); slice it first, e.g. {first} or heads, "
+            f"or weights[..., :64, :64] for the first 64 queries and keys"
         )
     if not np.isfinite(array).all():
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
@@ -81,7 +97,17 @@ def _as_weights(weights: object) -> np.ndarray:
             f"weights: expected non-negative attention weights, got {array[where]:.4g} at "
             f"index {where} of shape {array.shape}"
         )
-    return array.reshape((1,) * (4 - array.ndim) + array.shape)  # (L, H, T, S)
+    if (array > MAX_WEIGHT).any():
+        where = tuple(int(i) for i in np.argwhere(array > MAX_WEIGHT)[0])
+        raise ValueError(
+            f"weights: expected weights of at most {MAX_WEIGHT:.0e} (the page holds them as "
+            f"integer thousandths), got {array[where]:.4g} at index {where} of shape "
+            f"{array.shape}; divide by the largest weight to show the pattern"
+        )
+    ones = (1,) * (max(ranks) - array.ndim)  # the missing layer and head axes
+    if framed:
+        return array.reshape(array.shape[:1] + ones + array.shape[1:])  # (F, L, H, T, S)
+    return array.reshape((1, *ones) + array.shape)  # (1, L, H, T, S)
 
 
 def _as_labels(name: str, labels: object, count: int, axis: str, shape: tuple) -> list[str]:
@@ -95,7 +121,22 @@ def _as_labels(name: str, labels: object, count: int, axis: str, shape: tuple) -
             f"{name}: expected {count} labels (one per {axis} of weights with shape {shape}), "
             f"got {len(labels)}"
         )
-    return [str(label) for label in labels]
+    texts = [str(label) for label in labels]
+    for index, text in enumerate(texts):
+        _check_text(f"{name}[{index}]", text)
+    return texts
+
+
+def _check_text(name: str, text: str) -> None:
+    """``text`` is valid Unicode: no lone surrogate (as ``errors="surrogateescape"`` leaves)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name}: expected text that is valid Unicode, got {text[:40]!r} with a lone "
+            f"surrogate {text[error.start]!r} at character {error.start} (as text decoded with "
+            f"errors='surrogateescape' holds); decode it with errors='replace'"
+        ) from None
 
 
 def _kv_groups(n_kv_heads: int | None, n_heads: int) -> list[int] | None:
@@ -127,22 +168,26 @@ def _script_json(payload: dict) -> str:
 class AttentionExplorer:
     """Attention weights that display as an interactive explorer in a notebook or the book.
 
-    ``shape`` is (L, H, T, S); ``html`` is the self-contained fragment that ``_repr_html_``
-    returns.
+    ``shape`` is (L, H, T, S), ``frames`` the number of frames F (1 without frame labels) and
+    ``frame_labels`` their labels (None without); ``html`` is the self-contained fragment that
+    ``_repr_html_`` returns.
     """
 
     def __init__(self, payload: dict) -> None:
         self.shape = tuple(payload[axis] for axis in ("layers", "heads", "queries", "keys"))
+        self.frames = payload["frames"]
+        self.frame_labels = payload["frameLabels"]
         self.title = payload["title"]
         data = _script_json(payload)
         css, script = _asset("explorer.css"), _asset("explorer.js")
         root_id = "attnx-" + hashlib.sha256((data + css + script).encode()).hexdigest()[:12]
         layers, heads, queries, keys = self.shape
+        slider = f", a slider over {self.frames} frame(s)" if self.frame_labels else ""
         fallback = (
             f"This interactive attention explorer (a heatmap to hover, a token view and a head "
             f"selector for {layers} layer(s) of {heads} head(s), {queries} queries by {keys} "
-            f"keys) needs JavaScript: run this cell, or trust the notebook (Trust Notebook in "
-            f"JupyterLab's command palette), to activate it."
+            f"keys{slider}) needs JavaScript: run this cell, or trust the notebook (Trust "
+            f"Notebook in JupyterLab's command palette), to activate it."
         )
         self.html = (
             f'<div class="attnx" id="{root_id}">\n<style>\n{css}</style>\n'
@@ -156,9 +201,10 @@ class AttentionExplorer:
 
     def __repr__(self) -> str:
         layers, heads, queries, keys = self.shape
+        frames = f"frames={self.frames}, " if self.frame_labels is not None else ""
         title = f", title={self.title!r}" if self.title else ""
         return (
-            f"AttentionExplorer(layers={layers}, heads={heads}, queries={queries}, "
+            f"AttentionExplorer({frames}layers={layers}, heads={heads}, queries={queries}, "
             f"keys={keys}{title})"
         )
 
@@ -171,21 +217,30 @@ def explore(
     title: str | None = None,
     n_kv_heads: int | None = None,
     head_labels: Sequence[str] | None = None,
+    frame_labels: Sequence[str] | None = None,
 ) -> AttentionExplorer:
     """An interactive explorer of attention weights (T, S), (H, T, S) or (L, H, T, S).
 
-    Pick a batch item first (``weights[0]`` of a (B, H, T, S) tensor). ``key_tokens`` defaults
+    Pick a batch item first (``weights[0]`` of a (B, H, T, S) tensor). With ``frame_labels``
+    (one label per frame, shown as given), the weights have one more leading axis, F frames:
+    (F, T, S), (F, H, T, S) or (F, L, H, T, S), e.g. one entry per training step, and a slider
+    (or the keys ``[`` and ``]``) chooses the frame shown. ``key_tokens`` defaults
     to ``query_tokens`` (self-attention). ``n_kv_heads`` groups the query heads of grouped-query
     attention in the head selector: head h shares key/value head h // (H / n_kv_heads).
     ``head_labels`` names the H heads (default ``head 0``, ``head 1``, ...). At most
-    ``MAX_CELLS`` = 250,000 weights (L * H * T * S): slice larger ones. Weights are shown and
-    embedded to 3 decimals, on one colour scale from 0 to the largest weight.
+    ``MAX_CELLS`` = 250,000 weights (F * L * H * T * S, every frame counted): slice larger
+    ones. Weights are real, finite, non-negative and at most ``MAX_WEIGHT`` = 1e12 (rows need
+    not sum to 1), shown and embedded to 3 decimals, on one colour scale from 0 to the largest
+    weight of every head and frame. Labels are any valid Unicode text, shown as text (never as
+    markup); a long one is cut with an ellipsis, its full text in its tooltip and the readout.
     """
-    array = _as_weights(weights)  # (L, H, T, S)
-    n_layers, n_heads, n_queries, n_keys = array.shape
+    framed = frame_labels is not None
+    array = _as_weights(weights, framed)  # (F, L, H, T, S)
+    n_frames, n_layers, n_heads, n_queries, n_keys = array.shape
     shape = tuple(
         int(n) for n in (weights.shape if torch.is_tensor(weights) else np.shape(weights))
     )
+    frames = _as_labels("frame_labels", frame_labels, n_frames, "frame", shape) if framed else None
     queries = _as_labels("query_tokens", query_tokens, n_queries, "query row", shape)
     if key_tokens is None and n_keys != n_queries:
         raise ValueError(
@@ -200,10 +255,14 @@ def explore(
         labels = _as_labels("head_labels", head_labels, n_heads, "head", shape)
     if title is not None and not isinstance(title, str):
         raise ValueError(f"title: expected a string or None, got {type(title).__name__}")
-    scaled = np.rint(array * 10**DECIMALS).astype(np.int64)  # (L, H, T, S) in thousandths
+    if title is not None:
+        _check_text("title", title)
+    scaled = np.rint(array * 10**DECIMALS).astype(np.int64)  # (F, L, H, T, S) in thousandths
     payload = {
         "colours": _colours(),
         "decimals": DECIMALS,
+        "frameLabels": frames,
+        "frames": n_frames,
         "groups": _kv_groups(n_kv_heads, n_heads),
         "headLabels": labels,
         "heads": n_heads,

@@ -4,13 +4,13 @@ import torch
 from torch import Tensor, nn
 
 from attnbook._checks import (
+    check_base,
     check_cached_attention_mask,
     check_choice,
     check_head_counts,
     check_head_mask,
     check_int,
     check_model_input,
-    check_positive,
     check_probability,
     check_same_dtype,
     shape_of,
@@ -106,7 +106,7 @@ class GroupedQueryAttention(nn.Module):
         check_int("value_dim", value_dim)
         check_probability("dropout", dropout)
         check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
-        check_positive("rope_base", rope_base)
+        check_base("rope_base", rope_base)
         if rope:
             _check_rope_settings(d_model, n_heads, key_dim, value_dim)
         self.rope = rope

@@ -18,8 +18,10 @@ import torch
 from torch import Tensor
 
 from attnbook._checks import (
+    check_base,
     check_choice,
     check_even,
+    check_float_dtype,
     check_floating,
     check_int,
     check_positions,
@@ -38,12 +40,15 @@ def rope_angles(
 ) -> Tensor:
     """The rotation angles (T, dim / 2): position t turns feature pair i by t * base^(-2i/dim).
 
-    Computed in ``dtype``, float32 or wider: in 16 bits an angle of 1400 radians is off by
-    several radians. float64 is not available on every device (MPS), hence the choice.
+    Computed in ``dtype``, float32 or float64 (16 bits are refused: there an angle of 1400
+    radians is off by several radians). float64 is not available on every device (MPS), hence
+    the choice. ``base`` is a finite number > 1.
     """
     check_int("dim", dim)
     check_even("dim", dim, "rotary features come in pairs")
     check_positions(positions)
+    check_base("base", base)
+    check_float_dtype("dtype", dtype, wide=True)
     pair = torch.arange(dim // 2, device=positions.device, dtype=dtype)  # (dim/2,)
     frequencies = base ** (-2.0 * pair / dim)  # (dim/2,)
     return positions.to(dtype)[:, None] * frequencies[None, :]  # (T, dim/2)
@@ -56,8 +61,10 @@ def sinusoidal_encoding(
 
     Feature 2i is sin(t * base^(-2i/dim)) and feature 2i + 1 is cos of the same angle, so each
     pair is a point on the unit circle turning at its own frequency: the first pair once every
-    2 pi positions, the last almost not at all. Computed in ``dtype`` (float32 or wider).
+    2 pi positions, the last almost not at all. Computed in float32 or wider and returned in
+    ``dtype`` (any floating dtype).
     """
+    check_float_dtype("dtype", dtype)
     angles = rope_angles(positions, dim, base, _angle_dtype(dtype))  # (T, dim/2)
     pairs = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, dim/2, 2)
     return pairs.flatten(-2).to(dtype)  # (T, dim): sin, cos interleaved
@@ -92,6 +99,7 @@ def apply_rope(
     check_floating("x", x)
     check_choice("layout", layout, ROPE_LAYOUTS)
     check_positions(positions, x.size(-2), "x")
+    check_base("base", base)
     angles = rope_angles(positions, x.size(-1), base, _angle_dtype(x.dtype))  # (T, dim/2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, dim/2) each
     if layout == "adjacent":
@@ -133,8 +141,10 @@ def alibi_bias(
     position j <= i, and -inf for j > i, so the bias alone is a causal mask (pass it as
     ``mask``, not together with ``is_causal``). As with a KV cache, the T queries are the last T
     of the S positions (bottom-right alignment): query t is at position S - T + t. ``key_len``
-    defaults to ``query_len`` and must be at least it.
+    defaults to ``query_len`` and must be at least it. ``dtype`` is a floating dtype (the bias
+    holds -inf).
     """
+    check_float_dtype("dtype", dtype)
     check_int("query_len", query_len)
     key_len = query_len if key_len is None else key_len
     check_int("key_len", key_len, low=query_len)

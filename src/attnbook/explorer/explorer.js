@@ -1,8 +1,8 @@
 /*
  * attnbook attention explorer. Plain JavaScript with no dependencies: it reads the weights from
  * the JSON element next to it and builds a heatmap, a token view and a head selector.
- * Weights arrive as integers in units of 10^-decimals, flattened in (layer, head, query, key)
- * order. Every explorer on a page that has not started yet is started, so the script works
+ * Weights arrive as integers in units of 10^-decimals, flattened in (frame, layer, head, query,
+ * key) order; with frame labels a slider chooses the frame shown. Every explorer on a page that has not started yet is started, so the script works
  * whether the page runs it once per explorer (the book, VS Code) or inserts it later
  * (JupyterLab runs the scripts of a trusted output when it shows it).
  */
@@ -16,21 +16,29 @@
     return node;
   }
 
+  /* A token or head label: cut to a maximum width with an ellipsis by the CSS, so the full text
+   * is also its title (and the readout shows it whole). */
+  function label(tag, className, text) {
+    var node = make(tag, className + " attnx-label", text);
+    node.title = text;
+    return node;
+  }
+
   function hexToRgb(hex) {
     var n = parseInt(hex.slice(1), 16);
     return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
   }
 
   function build(root, data) {
-    var L = data.layers, H = data.heads, T = data.queries, S = data.keys;
+    var F = data.frames, L = data.layers, H = data.heads, T = data.queries, S = data.keys;
     var scale = Math.pow(10, data.decimals);
     var top = 1; /* the largest weight, at least one unit, so that an all-zero input draws */
     data.weights.forEach(function (w) { if (w > top) top = w; });
-    var state = { layer: 0, head: 0, q: null, k: null, hoverQ: null };
+    var state = { frame: 0, layer: 0, head: 0, q: null, k: null, hoverQ: null };
     var prefix = root.id || "attnx";
 
     function weight(layer, head, q, k) {
-      return data.weights[((layer * H + head) * T + q) * S + k];
+      return data.weights[(((state.frame * L + layer) * H + head) * T + q) * S + k];
     }
     function format(w) { return (w / scale).toFixed(data.decimals); }
     function colour(w) {
@@ -50,7 +58,22 @@
     root.style.setProperty("--attnx-row", rowPx + "px");
 
     if (data.title) root.appendChild(make("div", "attnx-title", data.title));
-    var current = root.appendChild(make("div", "attnx-pane-title"));
+    var slider = null, frameName = null;
+    if (data.frameLabels) {
+      var frames = root.appendChild(make("div", "attnx-frames"));
+      var sliderLabel = frames.appendChild(make("label", "attnx-frames-name", "frame"));
+      slider = frames.appendChild(make("input", "attnx-slider"));
+      slider.type = "range";
+      slider.min = 0;
+      slider.max = F - 1;
+      slider.step = 1;
+      slider.value = 0;
+      slider.id = prefix + "-frame";
+      sliderLabel.htmlFor = slider.id;
+      frameName = frames.appendChild(label("span", "attnx-frame-label", ""));
+      slider.addEventListener("input", function () { selectFrame(+slider.value); });
+    }
+    var current = root.appendChild(make("div", "attnx-pane-title attnx-current"));
     var readout = root.appendChild(make("div", "attnx-readout"));
     readout.id = prefix + "-readout";
     readout.setAttribute("aria-live", "polite");
@@ -70,7 +93,7 @@
     grid.setAttribute("aria-describedby", readout.id);
     var cells = [], queryLabels = [], keyLabels = [];
     for (var q = 0; q < T; q++) {
-      queryLabels.push(grid.appendChild(make("div", "attnx-qlabel", data.queryTokens[q])));
+      queryLabels.push(grid.appendChild(label("div", "attnx-qlabel", data.queryTokens[q])));
       for (var k = 0; k < S; k++) {
         var cell = grid.appendChild(make("div", "attnx-cell"));
         cell.setAttribute("data-q", q);
@@ -80,14 +103,15 @@
     }
     grid.appendChild(make("div", "attnx-axis", "query \u2193  key \u2192"));
     for (var kk = 0; kk < S; kk++) {
-      keyLabels.push(grid.appendChild(make("div", "attnx-klabel", data.keyTokens[kk])));
+      keyLabels.push(grid.appendChild(label("div", "attnx-klabel", data.keyTokens[kk])));
     }
     var legend = heatPane.appendChild(make("div", "attnx-legend"));
     legend.appendChild(make("span", "", "0"));
     var bar = legend.appendChild(make("span", "attnx-legend-bar"));
     bar.style.background = "linear-gradient(to right, " + data.colours.join(", ") + ")";
     legend.appendChild(make("span", "", format(top)));
-    legend.appendChild(make("span", "attnx-axis", "attention weight, one scale for all heads"));
+    legend.appendChild(make("span", "attnx-axis", "attention weight, one scale for all heads" +
+      (data.frameLabels ? " and frames" : "")));
 
     /* Token view: queries left, keys right, one line per (query, key) pair. */
     var tokenPane = panes.appendChild(make("div", "attnx-pane"));
@@ -97,12 +121,12 @@
     var links = tokens.appendChild(make("div", "attnx-links"));
     var keyColumn = tokens.appendChild(make("div", "attnx-tokcol"));
     var queryTokens = data.queryTokens.map(function (token, i) {
-      var node = queryColumn.appendChild(make("div", "attnx-tok attnx-tq", token));
+      var node = queryColumn.appendChild(label("div", "attnx-tok attnx-tq", token));
       node.setAttribute("data-q", i);
       return node;
     });
     var keyTokens = data.keyTokens.map(function (token, i) {
-      var node = keyColumn.appendChild(make("div", "attnx-tok attnx-tk", token));
+      var node = keyColumn.appendChild(label("div", "attnx-tok attnx-tk", token));
       node.setAttribute("data-k", i);
       return node;
     });
@@ -145,7 +169,9 @@
     }
     root.appendChild(make("div", "attnx-help",
       "Hover a cell or a query token; click a thumbnail to pick a head. Keyboard: Tab to the " +
-      "heatmap, then arrow keys move the selected query (up, down) and key (left, right)."));
+      "heatmap, then arrow keys move the selected query (up, down) and key (left, right)." +
+      (data.frameLabels ? " Frames: drag the slider, or press [ and ] for the previous and " +
+        "next frame." : "")));
 
     function thumbnail(layer, head) {
       var button = make("button", "attnx-thumb");
@@ -157,18 +183,21 @@
       canvas.width = S;
       canvas.height = T;
       canvas.style.height = Math.round(48 * Math.min(2, T / S)) + "px";
-      var context = canvas.getContext("2d");
-      if (context) {
-        var image = context.createImageData(S, T);
-        for (var i = 0; i < T * S; i++) {
-          var rgb = hexToRgb(colour(weight(layer, head, Math.floor(i / S), i % S)));
-          image.data.set([rgb[0], rgb[1], rgb[2], 255], 4 * i);
-        }
-        context.putImageData(image, 0, 0);
-      }
-      button.appendChild(make("span", "", data.headLabels[head]));
+      button.appendChild(label("span", "attnx-thumb-name", data.headLabels[head]));
       button.addEventListener("click", function () { selectHead(layer, head); });
       return button;
+    }
+
+    function paintThumbnail(button) {
+      var layer = +button.getAttribute("data-layer"), head = +button.getAttribute("data-head");
+      var context = button.querySelector("canvas").getContext("2d");
+      if (!context) return;
+      var image = context.createImageData(S, T);
+      for (var i = 0; i < T * S; i++) {
+        var rgb = hexToRgb(colour(weight(layer, head, Math.floor(i / S), i % S)));
+        image.data.set([rgb[0], rgb[1], rgb[2], 255], 4 * i);
+      }
+      context.putImageData(image, 0, 0);
     }
 
     function describe(q, k, relation) {
@@ -256,7 +285,9 @@
           +button.getAttribute("data-head") === state.head;
         button.setAttribute("aria-pressed", on ? "true" : "false");
       });
-      current.textContent = "showing " + headName(state.layer, state.head);
+      var shown = "showing " + headName(state.layer, state.head);
+      if (data.frameLabels) shown += ", frame " + (state.frame + 1) + " of " + F;
+      current.textContent = current.title = shown;
       root.setAttribute("data-layer", state.layer);
       root.setAttribute("data-head", state.head);
       paintTokens();
@@ -268,6 +299,18 @@
       state.k = Math.max(0, Math.min(S - 1, k));
       paintSelection();
       describeSelection();
+    }
+
+    function selectFrame(frame) {
+      state.frame = Math.max(0, Math.min(F - 1, frame));
+      if (slider) {
+        slider.value = state.frame;
+        slider.setAttribute("aria-valuetext", data.frameLabels[state.frame]);
+        frameName.textContent = frameName.title = data.frameLabels[state.frame];
+      }
+      root.setAttribute("data-frame", state.frame);
+      thumbs.forEach(paintThumbnail);
+      paintHead();
     }
 
     function selectHead(layer, head) {
@@ -313,8 +356,15 @@
       if (node) select(+node.getAttribute("data-q"), state.k === null ? 0 : state.k);
     });
 
+    root.addEventListener("keydown", function (event) {
+      var step = { "[": -1, "]": 1 }[event.key];
+      if (!step || !data.frameLabels) return;
+      event.preventDefault();
+      selectFrame(state.frame + step);
+    });
+
     paintSelection();
-    paintHead();
+    selectFrame(0);
   }
 
   function start(root) {
