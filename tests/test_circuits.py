@@ -1,4 +1,5 @@
-"""Head scores against float64 loops, their errors, and the attention-only TinyDecoder."""
+"""Head scores against float64 loops and their errors, chapter 14's experiment, and the
+attention-only TinyDecoder."""
 
 import itertools
 
@@ -8,6 +9,7 @@ import torch
 from attnbook import (
     TinyDecoder,
     causal_mask,
+    circuits,
     induction_score,
     previous_token_score,
     sink_score,
@@ -156,3 +158,89 @@ def test_attention_only_decoder_has_no_mlp_and_adds_attention_to_the_stream():
 def test_attention_only_must_be_a_bool():
     with pytest.raises(ValueError, match=r"attention_only: expected True or False, got 1"):
         TinyDecoder(11, d_model=8, n_heads=2, n_layers=1, max_len=6, attention_only=1)
+
+
+def test_periodic_batch_repeats_its_block_after_a_first_token():
+    periods = torch.tensor([4, 7, 32])
+    tokens = circuits.periodic_batch(periods, torch.Generator().manual_seed(0))
+    assert tokens.shape == (3, 33) and (tokens[:, 0] == circuits.BOS).all()
+    for row, period in zip(tokens, periods.tolist(), strict=True):
+        body = row[1:]
+        assert torch.equal(body[period:], body[:-period]) if period < 32 else True
+        assert body.max() < circuits.VOCAB_SIZE
+    no_bos = circuits.periodic_batch(periods, torch.Generator().manual_seed(0), bos=False)
+    assert (no_bos[:, 0] < circuits.VOCAB_SIZE).all()
+
+
+@pytest.mark.parametrize("periods", [torch.tensor([0, 4]), torch.tensor([33])])
+def test_periodic_batch_refuses_periods_outside_1_to_32(periods):
+    with pytest.raises(ValueError, match=r"periods: expected values in \[1, 32\]"):
+        circuits.periodic_batch(periods, torch.Generator())
+
+
+def test_periodic_batch_wants_one_period_per_sequence():
+    with pytest.raises(ValueError, match=r"periods: expected shape \(B,\)"):
+        circuits.periodic_batch(torch.tensor([[4]]), torch.Generator())
+
+
+def test_gated_forward_matches_the_model_and_its_weights():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = circuits.periodic_batch(torch.tensor([5, 9]), torch.Generator().manual_seed(1))
+    logits, weights = circuits.gated_forward(model, tokens)
+    torch.testing.assert_close(logits, model(tokens))
+    torch.testing.assert_close(weights, model.attention_weights(tokens))
+    gates = torch.ones(2, 4)
+    gates[0, 1] = 0.0
+    gated_logits, _ = circuits.gated_forward(model, tokens, gates)
+    torch.testing.assert_close(gated_logits, model(tokens, head_mask=gates))
+    with pytest.raises(ValueError, match=r"head_mask: expected shape \(L, H\) = \(2, 4\)"):
+        circuits.gated_forward(model, tokens, torch.ones(4))
+
+
+def test_circuit_measurements_use_the_library_scores_on_the_weights_they_name():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = circuits.periodic_batch(torch.full((3,), 16), torch.Generator().manual_seed(2))
+    found = circuits.circuit_measurements(model, tokens, 16)
+    logits, weights = circuits.gated_forward(model, tokens)
+    body = weights[..., 1:, 1:]
+    torch.testing.assert_close(found["previous"], previous_token_score(body).mean(1))
+    torch.testing.assert_close(found["induction"], induction_score(body, 16).mean(1))
+    torch.testing.assert_close(found["sink_first"], sink_score(weights[..., :17, :17]).mean(1))
+    torch.testing.assert_close(found["sink_repeated"], weights[..., 17:, 0].mean(dim=(1, 3)))
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )
+    assert found["loss_first"] == pytest.approx(losses[:, :16].mean().item())
+    assert found["loss_repeated"] == pytest.approx(losses[:, 17:].mean().item())
+
+
+def test_shipped_circuit_models_load_and_match_their_curves():
+    models, manifest = circuits.load_circuit_models()
+    assert sorted(models) == sorted(manifest["snapshots"])
+    final = models[f"random/{manifest['training']['steps']}"]
+    evaluation = circuits.periodic_batch(
+        torch.full((manifest["evaluation"]["sequences"],), 16),
+        torch.Generator().manual_seed(manifest["evaluation"]["seed"]),
+    )
+    found = circuits.circuit_measurements(final, evaluation, 16)
+    last = {name: values[-1] for name, values in manifest["curves"]["random"].items()}
+    assert found["loss_repeated"] == pytest.approx(last["loss_repeated"], abs=0.005)
+    torch.testing.assert_close(
+        found["induction"], torch.tensor(last["induction"]), atol=0.005, rtol=0
+    )
+
+
+def test_load_circuit_models_refuses_changed_weights(monkeypatch):
+    from attnbook import shipped
+
+    real = shipped.read_shipped
+
+    def tampered(name, regenerate):
+        data = real(name, regenerate)
+        return data + b"x" if name == circuits.WEIGHTS else data
+
+    monkeypatch.setattr(circuits, "read_shipped", tampered)
+    with pytest.raises(ValueError, match=r"circuit_models.pt: sha256 .* differs"):
+        circuits.load_circuit_models()

@@ -178,9 +178,10 @@ def gated_forward(
 def circuit_measurements(
     model: TinyDecoder, tokens: Tensor, period: int, head_mask: Tensor | None = None
 ) -> dict[str, Tensor]:
-    """Losses and head scores of ``model`` on sequences first token + r(period) + r(period).
+    """Losses and head scores of ``model`` on sequences: a first token, then r(period) repeated.
 
-    ``tokens`` (B, 2 period + 1). Returns ``loss_first`` (mean loss on the first block's
+    ``tokens`` (B, T), every row a first token and then a block of ``period`` tokens repeated
+    (at least twice), as :func:`periodic_batch` makes them. Returns ``loss_first`` (mean loss on the first block's
     tokens, which nothing predicts: chance is ln 64), ``loss_repeated`` (on the tokens from
     the second block's second onwards, which an earlier occurrence predicts), and (L, H)
     tensors averaged over the batch: ``previous`` and ``induction`` (on the repeated tokens,
