@@ -180,19 +180,20 @@ def circuit_measurements(
 ) -> dict[str, Tensor]:
     """Losses and head scores of ``model`` on sequences: a first token, then r(period) repeated.
 
-    ``tokens`` (B, T), every row a first token and then a block of ``period`` tokens repeated
-    (at least twice), as :func:`periodic_batch` makes them. Returns ``loss_first`` (mean loss on the first block's
-    tokens, which nothing predicts: chance is ln 64), ``loss_repeated`` (on the tokens from
-    the second block's second onwards, which an earlier occurrence predicts), and (L, H)
-    tensors averaged over the batch: ``previous`` and ``induction`` (on the repeated tokens,
-    ``weights[..., 1:, 1:]``), ``sink_first`` (weight on position 0 from the first block's
-    queries, which have no earlier match) and ``sink_repeated`` (from the second block's).
+    ``tokens`` (B, T): every row a first token, then a block of ``period`` tokens repeated at
+    least twice, as :func:`periodic_batch` makes them. Returns ``loss_first``, the mean loss
+    on the first block's tokens, which nothing predicts (chance is ln 64); ``loss_repeated``,
+    on the tokens from the second block's second on, which an earlier occurrence predicts;
+    and (L, H) tensors averaged over the batch: ``previous`` and ``induction`` on the
+    repeated tokens (``weights[..., 1:, 1:]``), ``sink_first``, the weight on position 0
+    from the first block's queries (which have no earlier match), and ``sink_repeated``, from
+    the later queries.
     """
     logits, weights = gated_forward(model, tokens, head_mask)  # (B, T, V), (L, B, H, T, T)
     losses = F.cross_entropy(
         logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
     )  # (B, T - 1): loss of predicting token t + 1 at position t
-    body = weights[..., 1:, 1:]  # (L, B, H, 2 period, 2 period): the repeated tokens
+    body = weights[..., 1:, 1:]  # (L, B, H, T - 1, T - 1): the tokens after the first
     first_block = weights[..., : period + 1, : period + 1]  # queries 1 .. period
     return {
         "loss_first": losses[:, :period].mean().item(),
