@@ -12,6 +12,7 @@ from attnbook.capstone import (
     load_capstone_models,
     train_capstone_model,
 )
+from attnbook.circuits import induction_score, previous_token_score, sink_score
 from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import online_softmax, tiled_attention
@@ -111,6 +112,7 @@ __all__ = [
     "get_device",
     "greedy_decode",
     "greedy_generate",
+    "induction_score",
     "kv_cache_bytes_per_token",
     "load_capstone_models",
     "load_genesis",
@@ -126,6 +128,7 @@ __all__ = [
     "plot_heads",
     "plot_mask",
     "plot_scores",
+    "previous_token_score",
     "random_batch",
     "record",
     "repeat_kv",
@@ -138,6 +141,7 @@ __all__ = [
     "set_seed",
     "shift_right",
     "shipped_file",
+    "sink_score",
     "sinusoidal_encoding",
     "split_heads",
     "tiled_attention",
