@@ -7,8 +7,9 @@ a sidebar that links to every page; the search page finds "attention". A screens
 page's first screen goes to ``_build/screenshots/`` (a full-page one costs about 3 s a page,
 most of the test's time).
 
-Needs Debian's Chromium (``make test`` installs it when it runs as root; ``CHROMIUM`` names
-another Chromium or Chrome) and Playwright for Python, driving that browser: no browser is
+Needs a Chromium or Chrome: ``CHROMIUM`` names one, else the first of :data:`CHROMIUM_NAMES`
+on PATH, the Makefile's lookup (``make test`` installs Debian's ``chromium`` when it runs as
+root and finds none), and Playwright for Python, driving that browser: no browser is
 downloaded. Skipped, with the reason, when either is missing or the book has not been built,
 except where the environment sets ``CI`` (``true`` or ``1``): there it fails instead, so a CI
 run cannot pass without checking the book in a browser. ``ATTNBOOK_HTML`` points it at another
@@ -31,7 +32,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("ATTNBOOK_HTML", ROOT / "_build" / "html"))
 SCREENSHOTS = HTML.parent / "screenshots"
-CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+# The same names, in the same order, as the Makefile's CHROMIUM_NAMES.
+CHROMIUM_NAMES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
+CHROMIUM = os.environ.get("CHROMIUM") or next(filter(None, map(shutil.which, CHROMIUM_NAMES)), "")
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -58,11 +61,15 @@ PAGES = toc_pages()
 def _skip_reason() -> str | None:
     if not (HTML / "index.html").exists():
         return f"the book is not built ({HTML} has no index.html): run `make test` or `make book`"
-    if not Path(CHROMIUM).exists():
+    if not CHROMIUM:
         return (
-            f"Chromium not found at {CHROMIUM}: install Debian's `chromium` package "
-            "(`make test` does when it runs as root) to run the browser test"
+            f"no Chromium or Chrome found (CHROMIUM is not set; none of {CHROMIUM_NAMES} is on "
+            "PATH): install one (Debian/Ubuntu: `apt install chromium`; `make test` does it "
+            "when run as root), or point CHROMIUM at any Chromium or Chrome, e.g. "
+            "`make test CHROMIUM=/path/to/chrome`"
         )
+    if not Path(CHROMIUM).is_file():
+        return f"CHROMIUM={CHROMIUM} is not a file: point it at a Chromium or Chrome executable"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
