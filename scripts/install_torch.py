@@ -127,12 +127,16 @@ def main(argv: list[str]) -> int:
 
 
 def report() -> int:
-    where = "import torch; print(torch.__version__, torch.version.cuda or 'CPU-only')"
-    found = subprocess.run([sys.executable, "-c", where], capture_output=True, text=True)
-    torch_version, _, cuda = found.stdout.strip().partition(" ")
-    build = "CPU-only" if cuda == "CPU-only" else f"CUDA {cuda}"
-    print(f"Installed torch {torch_version} ({build} build)", flush=True)
-    return found.returncode
+    """Name the torch now installed, and whether it brings CUDA (read from its metadata: torch
+    cannot be imported before its own dependencies are in)."""
+    from importlib import invalidate_caches
+    from importlib.metadata import requires
+
+    invalidate_caches()
+    cuda = any(r.startswith(("nvidia-", "cuda-")) for r in requires("torch") or [])
+    build = "with CUDA packages" if cuda else "no CUDA packages"
+    print(f"Installed torch {installed_version()} ({build})", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
