@@ -18,7 +18,7 @@ CHROMIUM_NAMES := chromium chromium-browser google-chrome google-chrome-stable c
 CHROMIUM ?= $(firstword $(foreach name,$(CHROMIUM_NAMES),$(shell command -v $(name))))
 NO_CHROMIUM := No Chromium or Chrome found (CHROMIUM is not set; none of $(CHROMIUM_NAMES) is on \
 	PATH): the browser test will be skipped. Install one (Debian/Ubuntu: apt install chromium; \
-	`make chromium` does it when run as root), or point CHROMIUM at any Chromium or Chrome, e.g. \
+	'make chromium' does it when run as root), or point CHROMIUM at any Chromium or Chrome, e.g. \
 	make test CHROMIUM=/path/to/chrome
 # The lock file is made by uv (installed into .venv by `make lock`, not a requirement).
 UV_VERSION := 0.13.9
@@ -44,7 +44,60 @@ help:
 	@echo "Variables: TORCH_BUILD=auto|cpu|default, TORCH_CPU_INDEX=URL, CHROMIUM=path, JOBS=N,"
 	@echo "  PYTHON=path/to/python3.11+, NOTEBOOKS='book/03_self_attention.ipynb ...'"
 
-## venv: create .venv and install the pinned environment (redone when the pins change)
+## book: execute copies of the chapters and build the HTML book into _build/html
+# The committed notebooks are left as they are: copies under $(BOOK_RUN) are executed
+# (NOTEBOOKS=... executes only those; the others keep their committed outputs) and built.
+book: $(INSTALLED)
+	rm -rf $(BOOK_RUN)
+	mkdir -p $(BOOK_RUN)
+	cp -R _config.yml _toc.yml book $(BOOK_RUN)/
+	$(BIN)/python scripts/execute_notebooks.py --jobs $(JOBS) $(addprefix $(BOOK_RUN)/,$(NOTEBOOKS))
+	$(BIN)/jupyter-book build $(BOOK_RUN) --path-output . --nitpick --warningiserror --keep-going
+	@echo "Open _build/html/index.html"
+
+## lab: JupyterLab on book/ with attnbook importable; open e.g. 03_self_attention.ipynb
+lab: $(INSTALLED)
+	$(BIN)/jupyter lab --notebook-dir=book
+
+## test: every check: lint, format, book build, unit tests, strict nbval, browser test
+# The book is built from the committed outputs (executing nothing); strict nbval then runs each
+# chapter and compares its outputs with the committed ones, so they must be current (`make
+# notebooks`). Screenshots of the built book go to _build/screenshots. Each of the $(JOBS)
+# pytest workers, and the notebook kernel it starts, gets one thread. A failing run ends with
+# the list of what failed (-rfEs: failures, errors, skips).
+test: $(INSTALLED) chromium
+	$(BIN)/ruff check src tests book scripts
+	$(BIN)/ruff format --check src tests scripts book
+	$(BUILD_BOOK)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rfEs tests book \
+		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
+
+## notebooks: re-execute the chapters in place: fresh committed outputs (maintainers)
+notebooks: $(INSTALLED)
+	$(BIN)/python scripts/execute_notebooks.py --jobs $(JOBS) $(NOTEBOOKS)
+
+## browser-test: only the browser test, on the book already built in _build/html
+browser-test: $(INSTALLED) chromium
+	$(BIN)/python -m pytest -p no:cacheprovider tests/test_browser.py -rfEs
+
+## lab-test: the explorer and MyST rendering in JupyterLab (scripts/lab_test.py, ~1 min)
+# A headless `jupyter lab` on a free port with a token; Chromium checks that an untrusted
+# notebook shows the explorer's sentence, that a trusted one and one run in a kernel show the
+# working explorer, and that jupyterlab-myst renders dropdowns, admonitions and {doc}
+# references. Separate from `make test`: it starts a Jupyter server and a kernel, and it checks
+# JupyterLab's handling of notebooks, not the book.
+lab-test: $(INSTALLED) chromium
+	$(BIN)/python scripts/lab_test.py
+
+## bench: time and memory of the attention code, and the targets' verdicts (~2 min)
+bench: $(INSTALLED)
+	$(BIN)/python -m attnbook.bench
+
+## bench-quick: a smoke run of the benchmark at small sizes (seconds)
+bench-quick: $(INSTALLED)
+	$(BIN)/python -m attnbook.bench --quick
+
+## venv: create .venv with the pinned environment (redone when the pins change)
 venv: $(INSTALLED)
 
 # torch first, the build chosen by scripts/install_torch.py (TORCH_BUILD), then everything else
@@ -64,7 +117,7 @@ $(INSTALLED): requirements.txt $(LOCK) pyproject.toml
 	$(BIN)/python -m pip install --progress-bar on -c $(LOCK) -r requirements.txt
 	touch $@
 
-## lock: regenerate constraints.txt, every package's exact version, from requirements.txt
+## lock: regenerate constraints.txt (every package's version) from requirements.txt
 lock:
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
@@ -73,21 +126,6 @@ lock:
 		--custom-compile-command "make lock" --output-file $(LOCK)
 	@! grep -E '^(nvidia-|triton|cuda-)' $(LOCK) || \
 		{ echo "CUDA packages in $(LOCK): add them to CUDA_PACKAGES in the Makefile"; exit 1; }
-
-## notebooks: re-execute the chapters in place, refreshing the committed outputs (maintainers)
-notebooks: $(INSTALLED)
-	$(BIN)/python scripts/execute_notebooks.py --jobs $(JOBS) $(NOTEBOOKS)
-
-## book: execute copies of the chapters and build the HTML book into _build/html
-# The committed notebooks are left as they are: copies under $(BOOK_RUN) are executed
-# (NOTEBOOKS=... executes only those; the others keep their committed outputs) and built.
-book: $(INSTALLED)
-	rm -rf $(BOOK_RUN)
-	mkdir -p $(BOOK_RUN)
-	cp -R _config.yml _toc.yml book $(BOOK_RUN)/
-	$(BIN)/python scripts/execute_notebooks.py --jobs $(JOBS) $(addprefix $(BOOK_RUN)/,$(NOTEBOOKS))
-	$(BIN)/jupyter-book build $(BOOK_RUN) --path-output . --nitpick --warningiserror --keep-going
-	@echo "Open _build/html/index.html"
 
 ## chromium: find Chromium or Chrome for the browser tests; install Debian's when root
 # Where CI is set (true or 1), a missing browser fails the run instead: CI must not pass
@@ -106,44 +144,6 @@ chromium:
 	fi
 	@case "$${CI:-}" in true|TRUE|True|1) [ -n "$(CHROMIUM)" ] && [ -x "$(CHROMIUM)" ] || \
 		{ echo "CI is set but there is no browser: set CHROMIUM"; exit 1; };; esac
-
-## test: every check: lint, format, book build, unit tests, strict nbval, browser test
-# The book is built from the committed outputs (executing nothing); strict nbval then runs each
-# chapter and compares its outputs with the committed ones, so they must be current (`make
-# notebooks`). Screenshots of the built book go to _build/screenshots. Each of the $(JOBS)
-# pytest workers, and the notebook kernel it starts, gets one thread. A failing run ends with
-# the list of what failed (-rfEs: failures, errors, skips).
-test: $(INSTALLED) chromium
-	$(BIN)/ruff check src tests book scripts
-	$(BIN)/ruff format --check src tests scripts book
-	$(BUILD_BOOK)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope -rfEs tests book \
-		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
-
-## browser-test: only the browser test, on the book already built in _build/html
-browser-test: $(INSTALLED) chromium
-	$(BIN)/python -m pytest -p no:cacheprovider tests/test_browser.py -rfEs
-
-## lab-test: the explorer and MyST rendering inside JupyterLab (scripts/lab_test.py, ~1 min)
-# A headless `jupyter lab` on a free port with a token; Chromium checks that an untrusted
-# notebook shows the explorer's sentence, that a trusted one and one run in a kernel show the
-# working explorer, and that jupyterlab-myst renders dropdowns, admonitions and {doc}
-# references. Separate from `make test`: it starts a Jupyter server and a kernel, and it checks
-# JupyterLab's handling of notebooks, not the book.
-lab-test: $(INSTALLED) chromium
-	$(BIN)/python scripts/lab_test.py
-
-## bench: time and memory of the attention code, with the targets' verdicts (~2 min on 2 cores)
-bench: $(INSTALLED)
-	$(BIN)/python -m attnbook.bench
-
-## bench-quick: a smoke run of the benchmark at small sizes (seconds)
-bench-quick: $(INSTALLED)
-	$(BIN)/python -m attnbook.bench --quick
-
-## lab: JupyterLab on book/, the library importable; open a chapter, e.g. 03_self_attention
-lab: $(INSTALLED)
-	$(BIN)/jupyter lab --notebook-dir=book
 
 ## clean: remove what the build and the tests write (_build, caches); keeps .venv
 clean:
