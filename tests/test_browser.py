@@ -160,6 +160,11 @@ PAGE_FACTS = """() => {
         outputs: main.querySelectorAll("div.cell_output").length,
         sidebar: [...document.querySelectorAll("nav.bd-docs-nav a.reference.internal,"
             + " .bd-sidebar-primary a.reference.internal")].map(a => a.href),
+        wideCode: [...main.querySelectorAll("div.cell_input pre")]
+            .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+            .map(pre => pre.textContent.split("\\n")[0].slice(0, 60)),
+        topBars: [...document.querySelectorAll("header.bd-header")]
+            .filter(bar => bar.getBoundingClientRect().height > 0).length,
     };
 }"""
 
@@ -200,9 +205,27 @@ def test_page_reads_offline(server, offline_page, page_path):
         assert facts["outputs"] > 0, f"{page_path}: no cell outputs on a chapter page"
         described = [img for img in facts["images"] if img["alt"].startswith("Attention heatmap")]
         assert described, f"{page_path}: no heatmap with alt text"
+    # At 1280 px (the viewport above), book/_static/attnbook.css and the pinned theme pair.
+    assert not facts["wideCode"], f"{page_path}: code scrolls sideways: {facts['wideCode']}"
+    assert facts["topBars"] == 0, f"{page_path}: a top bar above the book's header (theme?)"
     linked = {_same_page(url) for url in facts["sidebar"]}
     missing = [p for p in PAGES if p not in linked and p != "book/intro.html"]
     assert not missing, f"{page_path}: the sidebar has no link to {missing}"
+
+
+def test_notation_table_fits_a_phone(server, browser):
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.goto(server + "book/intro.html", wait_until="load")
+    table = page.locator("main table").first
+    table.scroll_into_view_if_needed()
+    fits = table.evaluate(
+        "t => t.getBoundingClientRect().right <= window.innerWidth"
+        " && t.scrollWidth <= t.parentElement.clientWidth"
+    )
+    page.screenshot(path=SCREENSHOTS / "intro_notation_390px.png")
+    context.close()
+    assert fits, "the intro's notation table is clipped at 390 px"
 
 
 def test_search_finds_attention(server, offline_page):
