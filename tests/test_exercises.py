@@ -622,3 +622,28 @@ def test_a_wrong_answer_that_raises_something_else_still_fails():
         raise RuntimeError("oops")
 
     expect_message(exercises.check_window_mask, broken, "raised RuntimeError: oops")
+
+
+# Chapter 7: RoPE in the halves layout.
+
+
+def rope_halves(x, positions, base=10000.0):
+    dim = x.size(-1)
+    frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = (positions[:, None] * frequencies[None, :]).to(x.dtype)  # (T, dim / 2)
+    first, second = x.chunk(2, dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+SOLUTIONS["check_rope_halves"] = rope_halves
+
+
+def test_rope_halves(capsys):
+    check = exercises.check_rope_halves
+    expect_success(check, rope_halves, capsys)
+    expect_message(check, rope, "rotates adjacent pairs (2i, 2i + 1)")
+    scaled = lambda x, positions: 2 * rope_halves(x, positions)  # noqa: E731
+    expect_message(check, scaled, "changes the vectors' lengths")
+    by_index = lambda x, positions: rope_halves(x, torch.arange(x.size(-2)))  # noqa: E731
+    expect_message(check, by_index, "differs from the halves layout")

@@ -762,6 +762,34 @@ __all__ = [
     "check_previous_share",
     "check_repeat_kv",
     "check_rope",
+    "check_rope_halves",
     "check_supported_orderings",
     "check_window_mask",
 ]
+
+
+# Chapter 7: RoPE in the halves layout (feature i paired with feature i + dim/2).
+
+
+@_checker
+def check_rope_halves(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+    """``fn(x (..., T, dim), positions (T,))`` rotates feature i with i + dim/2 by position."""
+    from attnbook.positions import apply_rope
+
+    x = torch.randn(2, 3, 5, 8, generator=_generator(7))  # (B, H, T, dim)
+    positions = torch.tensor([0, 1, 2, 9, 40])  # (T,)
+    call = "rope_halves(x (2, 3, 5, 8), positions [0, 1, 2, 9, 40])"
+    result = _as_tensor(_call(fn, call, x.clone(), positions), call, "a tensor")
+    if tuple(result.shape) != tuple(x.shape):
+        _fail(f"{call} should keep the shape (2, 3, 5, 8), got {tuple(result.shape)}")
+    if not _close(result.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+        _fail(f"{call} changes the vectors' lengths: each pair must be rotated, not scaled")
+    if _close(result, apply_rope(x, positions, layout="adjacent"), atol=1e-5):
+        _fail(f"{call} rotates adjacent pairs (2i, 2i + 1); pair feature i with i + dim/2")
+    if not _close(result, apply_rope(x, positions, layout="halves"), atol=1e-5):
+        _fail(
+            f"{call} differs from the halves layout: split x into first and second halves, "
+            "turn (first, second) -> (first cos - second sin, first sin + second cos) with "
+            "angle position * 10000^(-2i / dim) for feature i of each half"
+        )
+    _succeed("feature i is rotated with feature i + dim/2 by its position's angle")
