@@ -647,3 +647,36 @@ def test_rope_halves(capsys):
     expect_message(check, scaled, "changes the vectors' lengths")
     by_index = lambda x, positions: rope_halves(x, torch.arange(x.size(-2)))  # noqa: E731
     expect_message(check, by_index, "differs from the halves layout")
+
+
+# Chapter 11: absorbed scores against cached latents.
+
+
+def latent_scores(layer, x, latents):
+    n_heads, head_dim = layer.n_heads, layer.head_dim
+    w_uk = layer.k_up.weight.view(n_heads, head_dim, -1)  # (H, d_head, d_c)
+    q = layer.q_proj(x).unflatten(-1, (n_heads, head_dim)).transpose(1, 2)  # (B, H, T, d_head)
+    q_latent = q @ w_uk  # (B, H, T, d_c)
+    return q_latent @ latents[:, None].transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, S)
+
+
+SOLUTIONS["check_latent_scores"] = latent_scores
+
+
+def test_latent_scores(capsys):
+    check = exercises.check_latent_scores
+    expect_success(check, latent_scores, capsys)
+    unscaled = lambda layer, x, c: latent_scores(layer, x, c) * math.sqrt(layer.head_dim)  # noqa: E731
+
+    expect_message(check, unscaled, "forgot the scale")
+
+    def explicit(layer, x, latents):  # builds the keys: not absorbed
+        q = layer.q_proj(x).unflatten(-1, (layer.n_heads, -1)).transpose(1, 2)
+        k = layer.k_up(latents).unflatten(-1, (layer.n_heads, -1)).transpose(1, 2)
+        return q @ k.transpose(-2, -1) / math.sqrt(layer.head_dim)
+
+    expect_message(check, explicit, "must not call layer.k_up")
+    transposed = lambda layer, x, c: latent_scores(layer, x, c).transpose(-2, -1)  # noqa: E731
+    expect_message(check, transposed, "should return (B, H, T, S)")
+    wrong_fold = lambda layer, x, c: latent_scores(layer, x, c).flip(1)  # noqa: E731
+    expect_message(check, wrong_fold, "differs from q . k / sqrt(d_head)")
