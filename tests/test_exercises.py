@@ -389,25 +389,6 @@ def rope(x, positions, base=10000.0, sign=1.0):
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
-def test_rope(capsys):
-    check = exercises.check_rope
-    expect_success(check, rope, capsys)
-    clockwise = lambda x, positions: rope(x, positions, sign=-1.0)  # noqa: E731
-    expect_message(check, clockwise, "turned counter-clockwise")
-    by_index = lambda x, positions: rope(x, torch.arange(x.size(-2)))  # noqa: E731
-    expect_message(check, by_index, "the features at position 7 differ")
-
-    def halves(x, positions):  # pairs feature i with i + dim / 2 instead of 2i with 2i + 1
-        first, second = x.chunk(2, dim=-1)
-        interleaved = torch.stack([first, second], dim=-1).flatten(-2)
-        rotated = rope(interleaved, positions)
-        return torch.cat([rotated[..., 0::2], rotated[..., 1::2]], dim=-1)
-
-    expect_message(check, halves, "pair i is features (2i, 2i + 1)")
-    scaled = lambda x, positions: 2 * rope(x, positions)  # noqa: E731
-    expect_message(check, scaled, "changes the vectors' lengths")
-
-
 # Chapter 12
 
 
@@ -567,7 +548,6 @@ SOLUTIONS = {
     "check_preallocated_kv_cache": PreallocatedKVCache,
     "check_online_logsumexp": online_logsumexp,
     "check_merge_partials": merge_partials,
-    "check_rope": rope,
     "check_alibi_slopes": alibi_slopes,
     "check_cache_bytes_per_token": cache_bytes_per_token,
     "check_previous_share": previous_share,
@@ -602,7 +582,9 @@ def in_float64(fn):
     return run
 
 
-@pytest.mark.parametrize("name", ["check_concat_scores", "check_online_logsumexp", "check_rope"])
+@pytest.mark.parametrize(
+    "name", ["check_concat_scores", "check_online_logsumexp", "check_rope_halves"]
+)
 def test_an_answer_computed_in_float64_is_accepted(name, capsys):
     expect_success(getattr(exercises, name), in_float64(SOLUTIONS[name]), capsys)
 
@@ -814,3 +796,60 @@ def test_induction_share(capsys):
 
 
 SOLUTIONS.update({"check_find_circuit": find_circuit, "check_induction_share": induction_share})
+
+# Chapter 7: RoPE in the halves layout.
+
+
+def rope_halves(x, positions, base=10000.0):
+    dim = x.size(-1)
+    frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = (positions[:, None] * frequencies[None, :]).to(x.dtype)  # (T, dim / 2)
+    first, second = x.chunk(2, dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+SOLUTIONS["check_rope_halves"] = rope_halves
+
+
+def test_rope_halves(capsys):
+    check = exercises.check_rope_halves
+    expect_success(check, rope_halves, capsys)
+    expect_message(check, rope, "rotates adjacent pairs (2i, 2i + 1)")
+    scaled = lambda x, positions: 2 * rope_halves(x, positions)  # noqa: E731
+    expect_message(check, scaled, "changes the vectors' lengths")
+    by_index = lambda x, positions: rope_halves(x, torch.arange(x.size(-2)))  # noqa: E731
+    expect_message(check, by_index, "differs from the halves layout")
+
+
+# Chapter 11: absorbed scores against cached latents.
+
+
+def latent_scores(layer, x, latents):
+    n_heads, head_dim = layer.n_heads, layer.head_dim
+    w_uk = layer.k_up.weight.view(n_heads, head_dim, -1)  # (H, d_head, d_c)
+    q = layer.q_proj(x).unflatten(-1, (n_heads, head_dim)).transpose(1, 2)  # (B, H, T, d_head)
+    q_latent = q @ w_uk  # (B, H, T, d_c)
+    return q_latent @ latents[:, None].transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, S)
+
+
+SOLUTIONS["check_latent_scores"] = latent_scores
+
+
+def test_latent_scores(capsys):
+    check = exercises.check_latent_scores
+    expect_success(check, latent_scores, capsys)
+    unscaled = lambda layer, x, c: latent_scores(layer, x, c) * math.sqrt(layer.head_dim)  # noqa: E731
+
+    expect_message(check, unscaled, "forgot the scale")
+
+    def explicit(layer, x, latents):  # builds the keys: not absorbed
+        q = layer.q_proj(x).unflatten(-1, (layer.n_heads, -1)).transpose(1, 2)
+        k = layer.k_up(latents).unflatten(-1, (layer.n_heads, -1)).transpose(1, 2)
+        return q @ k.transpose(-2, -1) / math.sqrt(layer.head_dim)
+
+    expect_message(check, explicit, "must not call layer.k_up")
+    transposed = lambda layer, x, c: latent_scores(layer, x, c).transpose(-2, -1)  # noqa: E731
+    expect_message(check, transposed, "should return (B, H, T, S)")
+    wrong_fold = lambda layer, x, c: latent_scores(layer, x, c).flip(1)  # noqa: E731
+    expect_message(check, wrong_fold, "differs from q . k / sqrt(d_head)")

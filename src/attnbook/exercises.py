@@ -488,36 +488,6 @@ def check_merge_partials(fn: Callable[[Tensor, Tensor, Tensor, Tensor], tuple]) 
     _succeed("each partial output is weighted by exp(its lse - the joint lse)")
 
 
-# Chapter 11: rotary position embedding.
-
-
-@_checker
-def check_rope(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
-    """``fn(x (..., T, dim), positions (T,))`` rotates feature pairs (2i, 2i + 1) by position."""
-    from attnbook.latent import apply_rope
-
-    x = torch.randn(2, 3, 5, 8, generator=_generator(0))  # (B, H, T, dim)
-    positions = torch.tensor([0, 1, 2, 7, 30])  # (T,)
-    call = "rope(x (2, 3, 5, 8), positions [0, 1, 2, 7, 30])"
-    result = _as_tensor(_call(fn, call, x.clone(), positions), call, "a tensor")
-    if tuple(result.shape) != tuple(x.shape):
-        _fail(f"{call} should keep the shape (2, 3, 5, 8), got {tuple(result.shape)}")
-    expected = apply_rope(x, positions)  # (2, 3, 5, 8)
-    if not _close(result.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
-        _fail(f"{call} changes the vectors' lengths: each pair must be rotated, not scaled")
-    if not _close(result[..., 0, :], x[..., 0, :], atol=1e-5):
-        _fail(f"{call}: position 0 should not move the features (a rotation by angle 0)")
-    if not _close(result, expected, atol=1e-5):
-        wrong = (result.double() - expected).abs().amax(dim=(0, 1, 3)) > 1e-5  # (T,)
-        t = int(wrong.nonzero()[0])
-        _fail(
-            f"{call}: the features at position {positions[t].item()} differ from the expected "
-            f"rotation; pair i is features (2i, 2i + 1), turned counter-clockwise by "
-            f"position * 10000^(-2i / dim): (a, b) -> (a cos - b sin, a sin + b cos)"
-        )
-    _succeed("every feature pair is rotated by its position times its own frequency")
-
-
 # Chapter 7: ALiBi slopes for any number of heads.
 
 
@@ -822,13 +792,14 @@ __all__ = [
     "check_head_importance",
     "check_head_projection",
     "check_largest_length",
+    "check_latent_scores",
     "check_merge_partials",
     "check_online_logsumexp",
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
     "check_previous_share",
     "check_repeat_kv",
-    "check_rope",
+    "check_rope_halves",
     "check_supported_orderings",
     "check_window_mask",
     "check_without_head",  # chapter 5
@@ -1053,3 +1024,69 @@ def check_induction_share(fn: Callable[[Tensor, int], float]) -> None:
 
 
 __all__ += ["check_find_circuit", "check_induction_share"]
+
+# Chapter 7: RoPE in the halves layout (feature i paired with feature i + dim/2).
+
+
+@_checker
+def check_rope_halves(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+    """``fn(x (..., T, dim), positions (T,))`` rotates feature i with i + dim/2 by position."""
+    from attnbook.positions import apply_rope
+
+    x = torch.randn(2, 3, 5, 8, generator=_generator(7))  # (B, H, T, dim)
+    positions = torch.tensor([0, 1, 2, 9, 40])  # (T,)
+    call = "rope_halves(x (2, 3, 5, 8), positions [0, 1, 2, 9, 40])"
+    result = _as_tensor(_call(fn, call, x.clone(), positions), call, "a tensor")
+    if tuple(result.shape) != tuple(x.shape):
+        _fail(f"{call} should keep the shape (2, 3, 5, 8), got {tuple(result.shape)}")
+    if not _close(result.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+        _fail(f"{call} changes the vectors' lengths: each pair must be rotated, not scaled")
+    if _close(result, apply_rope(x, positions, layout="adjacent"), atol=1e-5):
+        _fail(f"{call} rotates adjacent pairs (2i, 2i + 1); pair feature i with i + dim/2")
+    if not _close(result, apply_rope(x, positions, layout="halves"), atol=1e-5):
+        _fail(
+            f"{call} differs from the halves layout: split x into first and second halves, "
+            "turn (first, second) -> (first cos - second sin, first sin + second cos) with "
+            "angle position * 10000^(-2i / dim) for feature i of each half"
+        )
+    _succeed("feature i is rotated with feature i + dim/2 by its position's angle")
+
+
+# Chapter 11: absorbed scores, queries against cached latents, keys never built.
+
+
+@_checker
+def check_latent_scores(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> None:
+    """``fn(layer, x (B, T, D), latents (B, S, d_c))`` -> scaled scores (B, H, T, S)."""
+    from attnbook.latent import MultiHeadLatentAttention
+
+    layer = MultiHeadLatentAttention(16, 4, 8).eval()  # D = 16, H = 4, d_c = 8
+    x = torch.randn(2, 3, 16, generator=_generator(11))  # (B, T, D)
+    context = torch.randn(2, 5, 16, generator=_generator(12))  # (B, S, D)
+    with torch.no_grad():
+        latents = layer.kv_down(context)  # (B, S, d_c)
+        q = layer.q_proj(x).unflatten(-1, (4, 4)).transpose(1, 2)  # (B, H, T, d_head)
+        k = layer.k_up(latents).unflatten(-1, (4, 4)).transpose(1, 2)  # (B, H, S, d_head)
+    expected = q @ k.transpose(-2, -1) / 2.0  # (B, H, T, S), 1 / sqrt(d_head = 4)
+
+    def no_keys(module, inputs):
+        _fail("latent_scores must not call layer.k_up: fold W_UK into the query instead")
+
+    hook = layer.k_up.register_forward_pre_hook(no_keys)
+    call = "latent_scores(layer (D 16, H 4, d_c 8), x (2, 3, 16), latents (2, 5, 8))"
+    try:
+        with torch.no_grad():
+            result = _as_tensor(_call(fn, call, layer, x, latents), call, "a tensor")
+    finally:
+        hook.remove()
+    if tuple(result.shape) != (2, 4, 3, 5):
+        _fail(f"{call} should return (B, H, T, S) = (2, 4, 3, 5), got {tuple(result.shape)}")
+    if _close(result, expected * 2.0, atol=1e-5):
+        _fail(f"{call} forgot the scale 1 / sqrt(d_head)")
+    if not _close(result, expected, atol=1e-5):
+        _fail(
+            f"{call} differs from q . k / sqrt(d_head): map each head's query into the latent "
+            "space with W_UK^(h)T (k_up.weight viewed as (H, d_head, d_c)) and take its dot "
+            "product with every latent"
+        )
+    _succeed("the absorbed scores equal the scores of the up-projected keys")

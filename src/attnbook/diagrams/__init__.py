@@ -17,3 +17,9 @@ __all__ += ["seq2seq_decoders", "self_attention_dataflow"]
 from attnbook.diagrams.heads import head_split  # noqa: E402
 
 __all__ += ["head_split"]
+
+# Chapters 7 and 11 (positions, latent attention).
+from attnbook.diagrams.latent import mla_data_flow  # noqa: E402
+from attnbook.diagrams.rope import rope_rotation  # noqa: E402
+
+__all__ += ["mla_data_flow", "rope_rotation"]
