@@ -137,10 +137,15 @@ def test_trace_shows_the_cache_growing():
     assert trace.steps == ["q", "k", "v", "k cache", "v cache", "attended", "merged", "output"]
     assert trace["k"] == (1, 2, 1, HEAD_DIM)
     assert trace["k cache"] == trace["v cache"] == (1, 2, 5, HEAD_DIM)
+    dims = {row.step: row.dims for row in trace.rows}
+    # the new positions are labelled T, only the cache S
+    assert dims["k"] == dims["v"] == "(B, H_kv, T, d_head)"
+    assert dims["k cache"] == dims["v cache"] == "(B, H_kv, S, d_head)"
 
 
 def test_without_a_cache_the_trace_is_unchanged():
     with trace_shapes() as trace:
         layer(2)(seeded_randn(1, 3, D_MODEL), need_weights=True)
     assert "k cache" not in trace.steps
+    assert {row.step: row.dims for row in trace.rows}["k"] == "(B, H_kv, S, d_head)"
     assert trace.steps[:5] == ["q", "k", "v", "k repeated", "v repeated"]

@@ -272,8 +272,10 @@ class GroupedQueryAttention(nn.Module):
         k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, S, d_head)
         v = split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, S, d_head)
         record("q", q, "B H T d_head", "queries, projected and split into heads")
-        record("k", k, "B H_kv S d_head", "keys, one per key/value head")
-        record("v", v, "B H_kv S d_head", "values, one per key/value head")
+        # with a cache these are the T new positions only; the cache then holds all S
+        kv_len, new = ("S", "") if cache is None else ("T", "new positions' ")
+        record("k", k, f"B H_kv {kv_len} d_head", f"{new}keys, one per key/value head")
+        record("v", v, f"B H_kv {kv_len} d_head", f"{new}values, one per key/value head")
         if self.q_norm is not None:
             q, k = self._normalise(q, k)  # shapes unchanged
         if self.rope:
