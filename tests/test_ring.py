@@ -41,6 +41,23 @@ CASES = [
 ]
 
 
+# (is_causal, layout, dtype, T, S) of the backward cases: each rank's gradients are checked
+GRAD_CASES = [
+    (False, "contiguous", torch.float64, 12, 12),
+    (True, "zigzag", torch.float64, 12, 12),
+    (True, "contiguous", torch.float64, 6, 18),
+    (False, "zigzag", torch.float64, 24, 12),
+    (True, "zigzag", torch.float32, 12, 24),
+]
+
+
+def grad_case_inputs(case, seed):
+    """Full query, key, value and the output's gradient (B, H, T, d_v) for a backward case."""
+    *_, dtype, T, S = case
+    shapes = ((2, 3, T, 8), (1, 3, S, 8), (2, 3, S, 5), (2, 3, T, 5))
+    return seeded_tensors(*shapes, seed=seed, dtype=dtype)
+
+
 def case_inputs(case, seed):
     """Full query (B, H, T, d), key (B, H, S, d), value (B, H, S, d_v) for one case."""
     *_, dtype, T, S = case
@@ -48,9 +65,21 @@ def case_inputs(case, seed):
     return seeded_tensors(*shapes, seed=seed, dtype=dtype)
 
 
-def parity_worker(inputs):
-    """Every case on this rank's shards; returns this rank's output shard per case."""
+def parity_worker(inputs, grad_inputs):
+    """Every case on this rank's shards: this rank's output shard per case, and its gradient
+    shards (dq, dk, dv) per backward case."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    gradients = []
+    for (is_causal, layout, *_), tensors in zip(GRAD_CASES, grad_inputs, strict=True):
+        names = ("query", "key", "value", "grad")
+        shards = [
+            shard_sequence(t, rank, world_size, layout, name)
+            for t, name in zip(tensors, names, strict=True)
+        ]  # (B, H, T/P, d), (1, H, S/P, d), (B, H, S/P, d_v), (B, H, T/P, d_v)
+        leaves = [t.requires_grad_() for t in shards[:3]]
+        output = ring_attention(*leaves, is_causal=is_causal, layout=layout)
+        output.backward(shards[3])
+        gradients.append([t.grad for t in leaves])
     outputs = []
     for (method, is_causal, layout, *_), (query, key, value) in zip(CASES, inputs, strict=True):
         shards = [
@@ -60,7 +89,7 @@ def parity_worker(inputs):
         attention = ring_attention if method == "ring" else all_gather_attention
         lengths = (query.size(-2), key.size(-2))
         outputs.append(attention(*shards, is_causal=is_causal, layout=layout, lengths=lengths))
-    return outputs
+    return outputs, gradients
 
 
 def bad_input_worker():
@@ -108,11 +137,33 @@ def reference(query, key, value, is_causal):
     )
 
 
+def check_gradients(world_size, grad_inputs, per_rank):
+    """Each rank's dq, dk, dv equal its slices of float64 autograd through SDPA."""
+    for number, (case, tensors) in enumerate(zip(GRAD_CASES, grad_inputs, strict=True)):
+        is_causal, layout, dtype, *_ = case
+        leaves = [as_float64(t).requires_grad_() for t in tensors[:3]]
+        output = F.scaled_dot_product_attention(*leaves, is_causal=is_causal)
+        expected = torch.autograd.grad(output, leaves, as_float64(tensors[3]))
+        for rank in range(world_size):
+            for name, ours, full in zip("qkv", per_rank[rank][number], expected, strict=True):
+                theirs = shard_sequence(full, rank, world_size, layout).to(dtype)
+                assert ours.shape == theirs.shape, (case, name)
+                torch.testing.assert_close(
+                    ours,
+                    theirs,
+                    **TOLERANCES.get(dtype, {}),
+                    msg=lambda m, c=case, n=name, r=rank: f"{c} rank {r} d{n}: {m}",
+                )
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_every_variant_equals_sdpa_on_the_full_sequence(world_size):
     inputs = [case_inputs(case, seed) for seed, case in enumerate(CASES)]
-    per_rank = launch(parity_worker, world_size, inputs)
-    assert len(per_rank) == world_size
+    grad_inputs = [grad_case_inputs(case, seed) for seed, case in enumerate(GRAD_CASES)]
+    results = launch(parity_worker, world_size, inputs, grad_inputs)
+    assert len(results) == world_size
+    check_gradients(world_size, grad_inputs, [gradients for _, gradients in results])
+    per_rank = [outputs for outputs, _ in results]
     for number, (case, (query, key, value)) in enumerate(zip(CASES, inputs, strict=True)):
         method, is_causal, layout, dtype, T, S = case
         shards = [outputs[number] for outputs in per_rank]

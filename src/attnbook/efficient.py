@@ -9,8 +9,9 @@ pass, which recomputes each tile from the saved per-row log-sum-exp instead of s
 probabilities. The loop order (query blocks outer, normalisation at the end) is
 FlashAttention-2's (Dao, 2023). Its two forward steps are
 public, because ring attention (:mod:`attnbook.ring`) reuses them across processes:
-:func:`attention_block` gives a partial result (output, log-sum-exp) over one block of keys and
-:func:`merge_partials` combines two partial results exactly.
+:func:`attention_block` gives a partial result (output, log-sum-exp) over one block of keys,
+:func:`merge_partials` combines two partial results exactly, and
+:func:`attention_block_backward` gives one block's share of the gradients.
 """
 
 import math
@@ -94,11 +95,6 @@ def attention_block(
         scores = scores.masked_fill(~mask, _NEG_INF)
     elif mask is not None:
         scores = scores + mask.to(scores.dtype)
-    return _partial_from_scores(scores, value)
-
-
-def _partial_from_scores(scores: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-    """(output, lse) of one block from its scores (..., bq, bk), masked entries -inf."""
     row_max = scores.amax(dim=-1, keepdim=True)  # (..., bq, 1)
     safe_max = torch.where(row_max == _NEG_INF, 0.0, row_max)  # (..., bq, 1)
     probabilities = torch.exp(scores - safe_max)  # (..., bq, bk), unnormalised
@@ -133,6 +129,42 @@ def merge_partials(
     return output, lse
 
 
+def attention_block_backward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    grad_output: Tensor,
+    row_dot: Tensor,
+    lse: Tensor,
+    mask: Tensor | None = None,
+    *,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One tile's share of the gradients, its probabilities recomputed from the saved lse.
+
+    query (..., bq, d), key (..., bk, d), value (..., bk, d_v), mask as in
+    :func:`attention_block`; grad_output dO (..., bq, d_v) is the gradient of the *full*
+    output of these queries, row_dot (..., bq, 1) is D = rowsum(dO * O) over that full output,
+    and lse (..., bq, 1) its log-sum-exp over all keys. Then P = exp(scores - lse) are this
+    tile's entries of the full softmax, and the returned (dq, dk, dv) are the tile's terms of
+    dq = dS k * scale, dk = dS^T q * scale and dv = P^T dO, with dS = P * (dO v^T - D).
+    Summed over every tile they are the exact gradients. Rows with lse -inf give zeros.
+    """
+    scores = query @ key.transpose(-2, -1) * scale  # (..., bq, bk)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, _NEG_INF)
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)
+    safe_lse = torch.where(lse == _NEG_INF, 0.0, lse)  # (..., bq, 1): empty rows give P = 0
+    probabilities = torch.exp(scores - safe_lse)  # (..., bq, bk)
+    grad_value = probabilities.transpose(-2, -1) @ grad_output  # (..., bk, d_v)
+    grad_probabilities = grad_output @ value.transpose(-2, -1)  # (..., bq, bk)
+    grad_scores = probabilities * (grad_probabilities - row_dot)  # (..., bq, bk)
+    grad_query = grad_scores @ key * scale  # (..., bq, d)
+    grad_key = grad_scores.transpose(-2, -1) @ query * scale  # (..., bk, d)
+    return grad_query, grad_key, grad_value
+
+
 def _tiles(
     T: int, S: int, block_q: int, block_k: int, causal_offset: int | None
 ) -> list[tuple[int, int, int, int]]:
@@ -147,28 +179,6 @@ def _tiles(
         for k_start in range(0, k_end, block_k):
             tiles.append((q_start, q_stop, k_start, min(k_start + block_k, S)))
     return tiles
-
-
-def _tile_scores(
-    query: Tensor,
-    key: Tensor,
-    mask: Tensor | None,
-    causal_offset: int | None,
-    tile: tuple[int, int, int, int],
-    work_dtype: torch.dtype,
-    scale: float,
-) -> Tensor:
-    """The scores q k^T * scale (+ mask) of one tile, masked entries -inf: (..., bq, bk)."""
-    q_start, q_stop, k_start, k_stop = tile
-    q_block = query[..., q_start:q_stop, :].to(work_dtype)  # (..., bq, d)
-    k_block = key[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d)
-    scores = q_block @ k_block.transpose(-2, -1) * scale  # (..., bq, bk)
-    tile_mask = _block_mask(mask, causal_offset, *tile, query.device)
-    if tile_mask is not None and tile_mask.dtype == torch.bool:
-        return scores.masked_fill(~tile_mask, _NEG_INF)
-    if tile_mask is not None:
-        return scores + tile_mask.to(work_dtype)
-    return scores
 
 
 def _tiled_forward(
@@ -189,10 +199,12 @@ def _tiled_forward(
     lse = query.new_full((*batch_shape, T, 1), _NEG_INF, dtype=work_dtype)  # (..., T, 1)
     for tile in _tiles(T, S, block_q, block_k, causal_offset):
         q_start, q_stop, k_start, k_stop = tile
-        scores = _tile_scores(query, key, mask, causal_offset, tile, work_dtype, scale)
-        v_block = value[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d_v)
-        partial = _partial_from_scores(scores, v_block)  # (..., bq, d_v), (..., bq, 1)
-        rows = slice(q_start, q_stop)
+        rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
+        q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
+        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
+        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
+        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+        partial = attention_block(q_block, k_block, v_block, tile_mask, scale=scale)
         output[..., rows, :], lse[..., rows, :] = merge_partials(
             output[..., rows, :], lse[..., rows, :], *partial
         )
@@ -210,16 +222,14 @@ def _tiled_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv from the saved q, k, v, output and lse, one recomputed tile at a time.
 
-    Per tile: P = exp(S - lse) (the softmax probabilities, recomputed), dV += P^T dO,
-    dP = dO V^T, dS = P * (dP - D) with D = rowsum(dO * O), dQ += dS K * scale and
-    dK += dS^T Q * scale. Gradients are in the broadcast batch shape and the working dtype.
+    D = rowsum(dO * O) once, then :func:`attention_block_backward` per tile. Gradients are in
+    the broadcast batch shape and the working dtype.
     """
     query, key, value, output, lse = saved
     T, S = query.size(-2), key.size(-2)
     work_dtype = output.dtype
     grad_output = grad_output.to(work_dtype)  # (..., T, d_v)
     row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T, 1): D
-    safe_lse = torch.where(lse == _NEG_INF, 0.0, lse)  # (..., T, 1): empty rows give P = 0
     batch_shape = output.shape[:-2]
     grad_query = query.new_zeros((*batch_shape, *query.shape[-2:]), dtype=work_dtype)
     grad_key = key.new_zeros((*batch_shape, *key.shape[-2:]), dtype=work_dtype)
@@ -227,17 +237,23 @@ def _tiled_backward(
     for tile in _tiles(T, S, block_q, block_k, causal_offset):
         q_start, q_stop, k_start, k_stop = tile
         rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
-        scores = _tile_scores(query, key, mask, causal_offset, tile, work_dtype, scale)
-        probabilities = torch.exp(scores - safe_lse[..., rows, :])  # (..., bq, bk)
-        d_out = grad_output[..., rows, :]  # (..., bq, d_v)
-        grad_value[..., cols, :] += probabilities.transpose(-2, -1) @ d_out  # (..., bk, d_v)
-        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
-        grad_probs = d_out @ v_block.transpose(-2, -1)  # (..., bq, bk)
-        grad_scores = probabilities * (grad_probs - row_dot[..., rows, :])  # (..., bq, bk)
-        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
         q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
-        grad_query[..., rows, :] += grad_scores @ k_block * scale  # (..., bq, d)
-        grad_key[..., cols, :] += grad_scores.transpose(-2, -1) @ q_block * scale  # (..., bk, d)
+        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
+        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
+        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+        grads = attention_block_backward(
+            q_block,
+            k_block,
+            v_block,
+            grad_output[..., rows, :],
+            row_dot[..., rows, :],
+            lse[..., rows, :],
+            tile_mask,
+            scale=scale,
+        )  # (..., bq, d), (..., bk, d), (..., bk, d_v)
+        grad_query[..., rows, :] += grads[0]
+        grad_key[..., cols, :] += grads[1]
+        grad_value[..., cols, :] += grads[2]
     return grad_query, grad_key, grad_value
 
 
