@@ -6,6 +6,8 @@ so that the spawned processes can import them).
 """
 
 import multiprocessing
+import os
+import signal
 import time
 
 import pytest
@@ -97,6 +99,7 @@ def bad_input_worker():
     rank = dist.get_rank()
     alone = dist.new_group([0])
     query = torch.randn(1, 2, 4, 8)  # (B, H, T/P, d)
+    dtype = (torch.float32, torch.float64)[rank]
     messages = {}
     calls = {
         "mismatch": lambda: ring_attention(query[..., : 4 - rank, :], query, query),
@@ -104,6 +107,11 @@ def bad_input_worker():
         "zigzag_odd": lambda: ring_attention(query[..., :3, :], query, query, layout="zigzag"),
         "lengths": lambda: ring_attention(query, query, query, lengths=(16, 16)),
         "layout": lambda: ring_attention(query, query, query, layout="striped"),
+        "scale_nan": lambda: ring_attention(query, query, query, scale=float("nan")),
+        "dtype": lambda: ring_attention(*[query.to(dtype)] * 3),
+        "dtype_gather": lambda: all_gather_attention(*[query.to(dtype)] * 3),
+        "one_rank_bad": lambda: ring_attention(query, query, query, scale=[1.0, "x"][rank]),
+        "scales_differ": lambda: ring_attention(query, query, query, scale=1.0 + rank),
     }
     if rank == 1:
         calls["not_member"] = lambda: ring_attention(query, query, query, group=alone)
@@ -123,6 +131,15 @@ def fail_on_rank_one():
     """Rank 1 raises; rank 0 waits for a message from rank 1 that never comes."""
     if dist.get_rank() == 1:
         raise RuntimeError("rank one fails on purpose")
+    dist.recv(torch.empty(1), src=1)
+
+
+def die_on_rank_one(how):
+    """Rank 1 dies without a word (an exit code or a signal); rank 0 waits for it."""
+    if dist.get_rank() == 1:
+        if how == "exit":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGKILL)
     dist.recv(torch.empty(1), src=1)
 
 
@@ -202,6 +219,16 @@ def test_bad_shards_raise_value_errors_naming_the_argument_on_every_rank():
         assert rank_messages["zigzag_odd"].startswith("query: a zigzag shard holds two")
         assert rank_messages["lengths"].startswith("group: its 2 ranks hold shards")
         assert rank_messages["layout"].startswith("layout: expected one of")
+        assert rank_messages["scale_nan"].startswith("scale: expected a finite number")
+        for name in ("dtype", "dtype_gather"):
+            assert rank_messages[name].startswith(
+                "query: every rank must hold shards of the same dtype (query, key, value); rank 0 "
+                "has ['torch.float32', 'torch.float32', 'torch.float32'], rank 1 has "
+                "['torch.float64'"
+            )
+        assert rank_messages["scales_differ"].startswith("scale: every rank must pass the same")
+    assert messages[1]["one_rank_bad"] == "scale: expected a finite number or None, got 'x'"
+    assert messages[0]["one_rank_bad"] == f"{messages[1]['one_rank_bad']} (on rank 1 of the group)"
     assert messages[1]["not_member"].startswith("group: this process is not a member")
     assert messages[0]["group_size"].startswith("group: its 1 ranks hold shards")
 
@@ -211,6 +238,20 @@ def test_a_failing_rank_raises_its_traceback_and_no_process_is_left():
         launch(fail_on_rank_one, 2)
     assert "Traceback" in str(caught.value)
     assert "RuntimeError: rank one fails on purpose" in str(caught.value)
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [("exit", "exited with code 3"), ("kill", "was killed by SIGKILL (exit code -9)")],
+)
+def test_a_rank_that_dies_is_reported_first_with_its_exit_code_or_signal(how, words):
+    with pytest.raises(WorkerError) as caught:
+        launch(die_on_rank_one, 2, how)
+    message = str(caught.value)
+    assert message.startswith(f"rank 1 of 2 {words} and sent no result")
+    if "rank 0" in message:  # rank 0's lost connection, if it arrived in time: a consequence
+        assert message.index("as consequences of rank 1's failure") < message.index("rank 0")
     assert multiprocessing.active_children() == []
 
 
@@ -268,6 +309,10 @@ def test_bad_inputs_outside_processes():
         shard_sequence(x, 0, 3)
     with raises("rank: expected an int in [0, 1]"):
         shard_sequence(x, 2, 2)
+    with raises("world_size: expected a positive int, got 0"):
+        shard_sequence(x, 0, 0)
+    with raises("world_size: expected a positive int, got 0"):
+        shard_positions(10, 0, 0)
     with raises("shards: expected P >= 1 shards of one shape"):
         unshard_sequence([x, x[:, :4]])
     with raises("group: torch.distributed is not initialised"):
