@@ -5,4 +5,8 @@ only keyword arguments with defaults, so ``diagram()`` draws the chapter's figur
 primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.diagrams._draw`.
 """
 
+from attnbook.diagrams.ring import ring_steps
+from attnbook.diagrams.tiling import tiling_grid
+
 __all__: list[str] = []
+__all__ += ["ring_steps", "tiling_grid"]  # chapters 9 and 10
