@@ -548,16 +548,24 @@ def all_gather_attention(
 
 @dataclass(frozen=True)
 class RankResult:
-    """One rank's run of one case: its output shard, peak extra bytes, seconds and steps."""
+    """One rank's run of one case: its output shard, peak extra bytes, seconds and steps; for
+    a ring case run with a ``grad_output``, also its gradient shards (dq, dk, dv) and the peak
+    extra bytes of forward + backward."""
 
     output: Tensor
     peak_bytes: int
     seconds: float
     steps: tuple[RingStep, ...]
+    grads: tuple[Tensor, ...] | None = None
+    training_peak_bytes: int | None = None
 
 
 def run_cases(
-    query: Tensor, key: Tensor, value: Tensor, cases: list[tuple[str, bool, str]]
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    cases: list[tuple[str, bool, str]],
+    grad_output: Tensor | None = None,
 ) -> list[RankResult]:
     """Worker for :func:`attnbook.launcher.launch`: shard the full inputs, run every case.
 
@@ -565,6 +573,8 @@ def run_cases(
     every rank. Each case is (method, is_causal, layout) with method "ring" or "all_gather".
     Each runs under a :class:`attnbook.TensorMemoryMeter` (peak bytes of the tensors it
     creates, its shards excluded); returns one :class:`RankResult` per case, output on the CPU.
+    With ``grad_output`` (..., T, d_v), each ring case then runs forward and backward once more,
+    its shard of ``grad_output`` as the output's gradient, metered as well.
     """
     rank, world_size = dist.get_rank(), dist.get_world_size()
     lengths = (query.size(-2), key.size(-2))
@@ -584,8 +594,25 @@ def run_cases(
             else:
                 output = all_gather_attention(*shards, **options)
         seconds = time.perf_counter() - start
-        results.append(RankResult(output.cpu(), meter.peak_bytes, seconds, tuple(steps)))
+        grads, training_peak = None, None
+        if grad_output is not None and method == "ring":
+            grad_shard = shard_sequence(grad_output, rank, world_size, layout, "grad_output")
+            grads, training_peak = _ring_gradients(shards, grad_shard.to(rank_device()), options)
+        result = RankResult(
+            output.cpu(), meter.peak_bytes, seconds, tuple(steps), grads, training_peak
+        )
+        results.append(result)
     return results
+
+
+def _ring_gradients(
+    shards: list[Tensor], grad_output: Tensor, options: dict
+) -> tuple[tuple[Tensor, ...], int]:
+    """(dq, dk, dv) of this rank's shards on the CPU, and the forward + backward peak bytes."""
+    leaves = [shard.detach().clone().requires_grad_() for shard in shards]
+    with TensorMemoryMeter() as meter:
+        ring_attention(*leaves, **options).backward(grad_output)
+    return tuple(leaf.grad.cpu() for leaf in leaves), meter.peak_bytes
 
 
 def gather_outputs(per_rank: list[list[RankResult]], case: int, layout: str) -> Tensor:
