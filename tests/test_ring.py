@@ -193,14 +193,18 @@ def test_every_variant_equals_sdpa_on_the_full_sequence(world_size):
 
 def test_run_cases_reports_steps_memory_and_balanced_zigzag_work():
     query, key, value = seeded_tensors((1, 2, 24, 8), (1, 2, 24, 8), (1, 2, 24, 8))
-    cases = [("ring", True, "contiguous"), ("ring", True, "zigzag"), ("all_gather", True, "zigzag")]
+    cases = [
+        ("ring", True, "contiguous", True),
+        ("ring", True, "zigzag", True),
+        ("all_gather", True, "zigzag"),
+    ]
     (grad_output,) = seeded_tensors((1, 2, 24, 8), seed=5)
     per_rank = launch(run_cases, 3, query, key, value, cases, grad_output)
     leaves = [as_float64(t).requires_grad_() for t in (query, key, value)]
     expected_grads = torch.autograd.grad(
         F.scaled_dot_product_attention(*leaves, is_causal=True), leaves, as_float64(grad_output)
     )
-    for number, (_, _, layout) in enumerate(cases[:2]):
+    for number, (_, _, layout, _) in enumerate(cases[:2]):
         for rank, results in enumerate(per_rank):
             assert results[number].training_peak_bytes > results[number].peak_bytes
             for ours, full in zip(results[number].grads, expected_grads, strict=True):
@@ -208,7 +212,7 @@ def test_run_cases_reports_steps_memory_and_balanced_zigzag_work():
                 torch.testing.assert_close(ours, expected, **TOLERANCES[torch.float32])
     assert all(r[2].grads is None and r[2].training_peak_bytes is None for r in per_rank)
     expected = reference(query, key, value, True).float()
-    for number, (_, _, layout) in enumerate(cases):
+    for number, (_, _, layout, *_) in enumerate(cases):
         output = unshard_sequence([results[number].output for results in per_rank], layout)
         torch.testing.assert_close(output, expected, **TOLERANCES[torch.float32])
     work = [[sum(s.score_entries for s in r[c].steps) for r in per_rank] for c in (0, 1)]

@@ -549,7 +549,7 @@ def all_gather_attention(
 @dataclass(frozen=True)
 class RankResult:
     """One rank's run of one case: its output shard, peak extra bytes, seconds and steps; for
-    a ring case run with a ``grad_output``, also its gradient shards (dq, dk, dv) and the peak
+    a case run with its backward pass, also its gradient shards (dq, dk, dv) and the peak
     extra bytes of forward + backward."""
 
     output: Tensor
@@ -564,55 +564,55 @@ def run_cases(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    cases: list[tuple[str, bool, str]],
+    cases: list[tuple],
     grad_output: Tensor | None = None,
 ) -> list[RankResult]:
     """Worker for :func:`attnbook.launcher.launch`: shard the full inputs, run every case.
 
     query (..., T, d), key (..., S, d), value (..., S, d_v): the full tensors, the same on
-    every rank. Each case is (method, is_causal, layout) with method "ring" or "all_gather".
-    Each runs under a :class:`attnbook.TensorMemoryMeter` (peak bytes of the tensors it
-    creates, its shards excluded); returns one :class:`RankResult` per case, output on the CPU.
-    With ``grad_output`` (..., T, d_v), each ring case then runs forward and backward once more,
-    its shard of ``grad_output`` as the output's gradient, metered as well.
+    every rank. Each case is (method, is_causal, layout) with method "ring" or "all_gather",
+    or (method, is_causal, layout, True) for a ring case that also runs the backward pass,
+    with this rank's shard of ``grad_output`` (..., T, d_v) as the output's gradient. Each
+    runs under a :class:`attnbook.TensorMemoryMeter` (peak bytes of the tensors it creates,
+    its shards excluded), the forward pass and forward + backward metered apart; returns one
+    :class:`RankResult` per case, tensors on the CPU.
     """
     rank, world_size = dist.get_rank(), dist.get_world_size()
     lengths = (query.size(-2), key.size(-2))
     results = []
-    for method, is_causal, layout in cases:
+    for method, is_causal, layout, *backward in cases:
         check_choice("method", method, METHODS)
+        backward = bool(backward and backward[0])
+        if backward and (method != "ring" or grad_output is None):
+            raise ValueError(
+                f"cases: the backward pass runs for ring cases given a grad_output, got case "
+                f"{(method, is_causal, layout, True)} with grad_output={type(grad_output).__name__}"
+            )
         shards = [
             shard_sequence(tensor, rank, world_size, layout, name).to(rank_device())
             for tensor, name in ((query, "query"), (key, "key"), (value, "value"))
         ]  # (..., T/P, d), (..., S/P, d), (..., S/P, d_v)
+        shards = [shard.requires_grad_(backward) for shard in shards]
         steps: list[RingStep] = []
-        start = time.perf_counter()
-        with TensorMemoryMeter() as meter:
-            options = {"is_causal": is_causal, "layout": layout, "lengths": lengths}
-            if method == "ring":
-                output = ring_attention(*shards, **options, record=steps)
-            else:
-                output = all_gather_attention(*shards, **options)
-        seconds = time.perf_counter() - start
-        grads, training_peak = None, None
-        if grad_output is not None and method == "ring":
-            grad_shard = shard_sequence(grad_output, rank, world_size, layout, "grad_output")
-            grads, training_peak = _ring_gradients(shards, grad_shard.to(rank_device()), options)
-        result = RankResult(
-            output.cpu(), meter.peak_bytes, seconds, tuple(steps), grads, training_peak
+        options = {"is_causal": is_causal, "layout": layout, "lengths": lengths}
+        with TensorMemoryMeter() as training:
+            start = time.perf_counter()
+            with TensorMemoryMeter() as meter:
+                if method == "ring":
+                    output = ring_attention(*shards, **options, record=steps)
+                else:
+                    output = all_gather_attention(*shards, **options)
+            seconds = time.perf_counter() - start
+            if backward:
+                grad = shard_sequence(grad_output, rank, world_size, layout, "grad_output")
+                output.backward(grad.to(rank_device()))
+        grads = tuple(shard.grad.cpu() for shard in shards) if backward else None
+        training_peak = training.peak_bytes if backward else None
+        output = output.detach().cpu()
+        results.append(
+            RankResult(output, meter.peak_bytes, seconds, tuple(steps), grads, training_peak)
         )
-        results.append(result)
     return results
-
-
-def _ring_gradients(
-    shards: list[Tensor], grad_output: Tensor, options: dict
-) -> tuple[tuple[Tensor, ...], int]:
-    """(dq, dk, dv) of this rank's shards on the CPU, and the forward + backward peak bytes."""
-    leaves = [shard.detach().clone().requires_grad_() for shard in shards]
-    with TensorMemoryMeter() as meter:
-        ring_attention(*leaves, **options).backward(grad_output)
-    return tuple(leaf.grad.cpu() for leaf in leaves), meter.peak_bytes
 
 
 def gather_outputs(per_rank: list[list[RankResult]], case: int, layout: str) -> Tensor:
