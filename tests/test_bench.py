@@ -3,7 +3,7 @@
 import pytest
 
 from attnbook.bench import __main__ as bench_main
-from attnbook.bench import attention, ring
+from attnbook.bench import attention, ring, training
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,9 @@ def test_kernel_results_have_every_implementation_and_length():
         assert set(r.seconds) == set(r.peak_bytes) == {"explicit", "tiled", "sdpa"}
         assert all(seconds > 0 for seconds in r.seconds.values())
         assert r.peak_bytes["explicit"] > 0 and r.peak_bytes["tiled"] > 0
-    length, ratio, _ = attention.memory_verdict(results)
+    length, ratio, met = attention.memory_verdict(results)
     assert length == attention.QUICK["lengths"][-1] and ratio > 0
+    assert met is None  # the target is set at T = 4096: no verdict at the quick sizes
 
 
 def test_module_results_cover_mha_and_gqa():
@@ -40,6 +41,7 @@ def test_module_results_cover_mha_and_gqa():
 def test_quick_run_prints_three_tables_with_verdicts(quick_output):
     assert "Attention kernels" in quick_output
     assert "Attention modules" in quick_output
+    assert "Attention for training (forward + backward)" in quick_output
     assert "KV-cache decoding" in quick_output
     assert "Ring attention on CPU processes" in quick_output
     targets = [line for line in quick_output.splitlines() if line.startswith("target:")]
@@ -48,6 +50,40 @@ def test_quick_run_prints_three_tables_with_verdicts(quick_output):
     kernel_header = next(line for line in quick_output.splitlines() if "explicit ms" in line)
     assert kernel_header.split()[:4] == ["T", "explicit", "ms", "tiled"]
     assert quick_output.rstrip().splitlines()[-1].startswith("total:")
+
+
+def test_targets_that_do_not_apply_at_the_quick_sizes_say_so(quick_output):
+    lines = quick_output.splitlines()
+    for title in ("Attention kernels", "Attention modules", "Attention for training"):
+        header = next(i for i, line in enumerate(lines) if line.startswith(title))
+        verdict = next(line for line in lines[header:] if line.startswith("target:"))
+        assert verdict.endswith(": not measured at this size"), verdict
+    assert "nan" not in quick_output.lower().replace("nanosecond", "")
+
+
+def test_training_results_and_verdict():
+    results = training.training_benchmark(quick=True)
+    assert [r.length for r in results] == list(training.QUICK["lengths"])
+    for r in results:
+        assert set(r.seconds) == set(r.peak_bytes) == {"explicit", "tiled"}
+        assert all(value > 0 for value in [*r.seconds.values(), *r.peak_bytes.values()])
+    assert training.memory_verdict(results) == (None, None)
+    at_target = training.TrainingResult(4096, {}, {"explicit": 800, "tiled": 100})
+    assert training.memory_verdict([*results, at_target]) == (0.125, True)
+    table = training.format_training(results, quick=True)
+    assert table.splitlines()[1].split() == [
+        "T",
+        "explicit",
+        "ms",
+        "tiled",
+        "ms",
+        "explicit",
+        "MiB",
+        "tiled",
+        "MiB",
+        "tiled/expl",
+        "mem",
+    ]
 
 
 def test_quick_run_decodes_256_tokens_with_mha_both_ways(quick_output):
@@ -63,7 +99,11 @@ def test_ring_results_cover_every_world_size_with_the_memory_verdict():
     assert [r.world_size for r in results] == list(ring.QUICK["world_sizes"])
     assert explicit.peak_bytes > 0 and all(r.peak_bytes > 0 and r.seconds > 0 for r in results)
     assert results[-1].peak_bytes < results[0].peak_bytes  # more ranks, less memory per rank
-    worst, met = ring.memory_verdict(explicit, results)
-    assert met == (worst <= 1.0)
+    assert explicit.training_peak_bytes > explicit.peak_bytes
+    assert all(r.training_peak_bytes > r.peak_bytes for r in results)
+    for training_run in (False, True):
+        worst, met = ring.memory_verdict(explicit, results, training=training_run)
+        assert met == (worst <= 1.0)
     table = ring.format_ring(explicit, results, quick=True)
-    assert table.splitlines()[-1].startswith("target: peak memory per rank <= 1/P")
+    assert table.splitlines()[-2].startswith("target: peak memory per rank <= 1/P")
+    assert table.splitlines()[-1].startswith("target: forward + backward peak memory per rank")

@@ -27,6 +27,13 @@ def test_online_softmax_equals_torch_softmax(block_size):
     torch.testing.assert_close(online_softmax(scores, block_size), torch.softmax(scores, dim=-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_online_softmax_refuses_scores_that_are_not_real_floats(dtype):
+    scores = torch.ones(2, 5, dtype=dtype)
+    with pytest.raises(ValueError, match=f"scores: expected a floating-point tensor.*{dtype}"):
+        online_softmax(scores)
+
+
 def test_online_softmax_handles_masked_entries_and_rows():
     scores = torch.randn(4, 20)
     scores[0] = float("-inf")  # nothing to attend to: zeros

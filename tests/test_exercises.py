@@ -853,3 +853,40 @@ def test_latent_scores(capsys):
     expect_message(check, transposed, "should return (B, H, T, S)")
     wrong_fold = lambda layer, x, c: latent_scores(layer, x, c).flip(1)  # noqa: E731
     expect_message(check, wrong_fold, "differs from q . k / sqrt(d_head)")
+
+
+# Chapter 9: the backward pass of one block of queries.
+
+
+def attention_backward(q, k, v, out, lse, d_out, scale):
+    p = torch.exp(q @ k.T * scale - lse)  # (T, S): recomputed from the saved lse
+    dv = p.T @ d_out  # (S, d_v)
+    dp = d_out @ v.T  # (T, S)
+    ds = p * (dp - (d_out * out).sum(dim=-1, keepdim=True))  # (T, S)
+    return ds @ k * scale, ds.T @ q * scale, dv
+
+
+SOLUTIONS["check_attention_backward"] = attention_backward
+
+
+def test_attention_backward_checker(capsys):
+    check = exercises.check_attention_backward
+    expect_success(check, attention_backward, capsys)
+
+    def no_row_dot(q, k, v, out, lse, d_out, scale):  # forgets the softmax's -D term
+        p = torch.exp(q @ k.T * scale - lse)
+        ds = p * (d_out @ v.T)
+        return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+    expect_message(check, no_row_dot, "dS = P * (dP - D)")
+
+    def no_scale(q, k, v, out, lse, d_out, scale):  # forgets the scale's chain rule
+        dq, dk, dv = attention_backward(q, k, v, out, lse, d_out, scale)
+        return dq / scale, dk / scale, dv
+
+    expect_message(check, no_scale, "multiply dS by the scale")
+
+    def unnormalised(q, k, v, out, lse, d_out, scale):  # exp(scores) without the lse
+        return attention_backward(q, k, v, out, torch.zeros_like(lse), d_out, scale)
+
+    expect_message(check, unnormalised, "dv is wrong")

@@ -6,6 +6,8 @@ so that the spawned processes can import them).
 """
 
 import multiprocessing
+import os
+import signal
 import time
 
 import pytest
@@ -41,6 +43,23 @@ CASES = [
 ]
 
 
+# (is_causal, layout, dtype, T, S) of the backward cases: each rank's gradients are checked
+GRAD_CASES = [
+    (False, "contiguous", torch.float64, 12, 12),
+    (True, "zigzag", torch.float64, 12, 12),
+    (True, "contiguous", torch.float64, 6, 18),
+    (False, "zigzag", torch.float64, 24, 12),
+    (True, "zigzag", torch.float32, 12, 24),
+]
+
+
+def grad_case_inputs(case, seed):
+    """Full query, key, value and the output's gradient (B, H, T, d_v) for a backward case."""
+    *_, dtype, T, S = case
+    shapes = ((2, 3, T, 8), (1, 3, S, 8), (2, 3, S, 5), (2, 3, T, 5))
+    return seeded_tensors(*shapes, seed=seed, dtype=dtype)
+
+
 def case_inputs(case, seed):
     """Full query (B, H, T, d), key (B, H, S, d), value (B, H, S, d_v) for one case."""
     *_, dtype, T, S = case
@@ -48,9 +67,21 @@ def case_inputs(case, seed):
     return seeded_tensors(*shapes, seed=seed, dtype=dtype)
 
 
-def parity_worker(inputs):
-    """Every case on this rank's shards; returns this rank's output shard per case."""
+def parity_worker(inputs, grad_inputs):
+    """Every case on this rank's shards: this rank's output shard per case, and its gradient
+    shards (dq, dk, dv) per backward case."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    gradients = []
+    for (is_causal, layout, *_), tensors in zip(GRAD_CASES, grad_inputs, strict=True):
+        names = ("query", "key", "value", "grad")
+        shards = [
+            shard_sequence(t, rank, world_size, layout, name)
+            for t, name in zip(tensors, names, strict=True)
+        ]  # (B, H, T/P, d), (1, H, S/P, d), (B, H, S/P, d_v), (B, H, T/P, d_v)
+        leaves = [t.requires_grad_() for t in shards[:3]]
+        output = ring_attention(*leaves, is_causal=is_causal, layout=layout)
+        output.backward(shards[3])
+        gradients.append([t.grad for t in leaves])
     outputs = []
     for (method, is_causal, layout, *_), (query, key, value) in zip(CASES, inputs, strict=True):
         shards = [
@@ -60,7 +91,7 @@ def parity_worker(inputs):
         attention = ring_attention if method == "ring" else all_gather_attention
         lengths = (query.size(-2), key.size(-2))
         outputs.append(attention(*shards, is_causal=is_causal, layout=layout, lengths=lengths))
-    return outputs
+    return outputs, gradients
 
 
 def bad_input_worker():
@@ -68,6 +99,7 @@ def bad_input_worker():
     rank = dist.get_rank()
     alone = dist.new_group([0])
     query = torch.randn(1, 2, 4, 8)  # (B, H, T/P, d)
+    dtype = (torch.float32, torch.float64)[rank]
     messages = {}
     calls = {
         "mismatch": lambda: ring_attention(query[..., : 4 - rank, :], query, query),
@@ -75,6 +107,11 @@ def bad_input_worker():
         "zigzag_odd": lambda: ring_attention(query[..., :3, :], query, query, layout="zigzag"),
         "lengths": lambda: ring_attention(query, query, query, lengths=(16, 16)),
         "layout": lambda: ring_attention(query, query, query, layout="striped"),
+        "scale_nan": lambda: ring_attention(query, query, query, scale=float("nan")),
+        "dtype": lambda: ring_attention(*[query.to(dtype)] * 3),
+        "dtype_gather": lambda: all_gather_attention(*[query.to(dtype)] * 3),
+        "one_rank_bad": lambda: ring_attention(query, query, query, scale=[1.0, "x"][rank]),
+        "scales_differ": lambda: ring_attention(query, query, query, scale=1.0 + rank),
     }
     if rank == 1:
         calls["not_member"] = lambda: ring_attention(query, query, query, group=alone)
@@ -97,6 +134,15 @@ def fail_on_rank_one():
     dist.recv(torch.empty(1), src=1)
 
 
+def die_on_rank_one(how):
+    """Rank 1 dies without a word (an exit code or a signal); rank 0 waits for it."""
+    if dist.get_rank() == 1:
+        if how == "exit":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.recv(torch.empty(1), src=1)
+
+
 def sleep_forever():
     time.sleep(600)
 
@@ -108,11 +154,33 @@ def reference(query, key, value, is_causal):
     )
 
 
+def check_gradients(world_size, grad_inputs, per_rank):
+    """Each rank's dq, dk, dv equal its slices of float64 autograd through SDPA."""
+    for number, (case, tensors) in enumerate(zip(GRAD_CASES, grad_inputs, strict=True)):
+        is_causal, layout, dtype, *_ = case
+        leaves = [as_float64(t).requires_grad_() for t in tensors[:3]]
+        output = F.scaled_dot_product_attention(*leaves, is_causal=is_causal)
+        expected = torch.autograd.grad(output, leaves, as_float64(tensors[3]))
+        for rank in range(world_size):
+            for name, ours, full in zip("qkv", per_rank[rank][number], expected, strict=True):
+                theirs = shard_sequence(full, rank, world_size, layout).to(dtype)
+                assert ours.shape == theirs.shape, (case, name)
+                torch.testing.assert_close(
+                    ours,
+                    theirs,
+                    **TOLERANCES.get(dtype, {}),
+                    msg=lambda m, c=case, n=name, r=rank: f"{c} rank {r} d{n}: {m}",
+                )
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_every_variant_equals_sdpa_on_the_full_sequence(world_size):
     inputs = [case_inputs(case, seed) for seed, case in enumerate(CASES)]
-    per_rank = launch(parity_worker, world_size, inputs)
-    assert len(per_rank) == world_size
+    grad_inputs = [grad_case_inputs(case, seed) for seed, case in enumerate(GRAD_CASES)]
+    results = launch(parity_worker, world_size, inputs, grad_inputs)
+    assert len(results) == world_size
+    check_gradients(world_size, grad_inputs, [gradients for _, gradients in results])
+    per_rank = [outputs for outputs, _ in results]
     for number, (case, (query, key, value)) in enumerate(zip(CASES, inputs, strict=True)):
         method, is_causal, layout, dtype, T, S = case
         shards = [outputs[number] for outputs in per_rank]
@@ -125,10 +193,26 @@ def test_every_variant_equals_sdpa_on_the_full_sequence(world_size):
 
 def test_run_cases_reports_steps_memory_and_balanced_zigzag_work():
     query, key, value = seeded_tensors((1, 2, 24, 8), (1, 2, 24, 8), (1, 2, 24, 8))
-    cases = [("ring", True, "contiguous"), ("ring", True, "zigzag"), ("all_gather", True, "zigzag")]
-    per_rank = launch(run_cases, 3, query, key, value, cases)
+    cases = [
+        ("ring", True, "contiguous", True),
+        ("ring", True, "zigzag", True),
+        ("all_gather", True, "zigzag"),
+    ]
+    (grad_output,) = seeded_tensors((1, 2, 24, 8), seed=5)
+    per_rank = launch(run_cases, 3, query, key, value, cases, grad_output)
+    leaves = [as_float64(t).requires_grad_() for t in (query, key, value)]
+    expected_grads = torch.autograd.grad(
+        F.scaled_dot_product_attention(*leaves, is_causal=True), leaves, as_float64(grad_output)
+    )
+    for number, (_, _, layout, _) in enumerate(cases[:2]):
+        for rank, results in enumerate(per_rank):
+            assert results[number].training_peak_bytes > results[number].peak_bytes
+            for ours, full in zip(results[number].grads, expected_grads, strict=True):
+                expected = shard_sequence(full, rank, 3, layout).float()
+                torch.testing.assert_close(ours, expected, **TOLERANCES[torch.float32])
+    assert all(r[2].grads is None and r[2].training_peak_bytes is None for r in per_rank)
     expected = reference(query, key, value, True).float()
-    for number, (_, _, layout) in enumerate(cases):
+    for number, (_, _, layout, *_) in enumerate(cases):
         output = unshard_sequence([results[number].output for results in per_rank], layout)
         torch.testing.assert_close(output, expected, **TOLERANCES[torch.float32])
     work = [[sum(s.score_entries for s in r[c].steps) for r in per_rank] for c in (0, 1)]
@@ -151,6 +235,16 @@ def test_bad_shards_raise_value_errors_naming_the_argument_on_every_rank():
         assert rank_messages["zigzag_odd"].startswith("query: a zigzag shard holds two")
         assert rank_messages["lengths"].startswith("group: its 2 ranks hold shards")
         assert rank_messages["layout"].startswith("layout: expected one of")
+        assert rank_messages["scale_nan"].startswith("scale: expected a finite number")
+        for name in ("dtype", "dtype_gather"):
+            assert rank_messages[name].startswith(
+                "query: every rank must hold shards of the same dtype (query, key, value); rank 0 "
+                "has ['torch.float32', 'torch.float32', 'torch.float32'], rank 1 has "
+                "['torch.float64'"
+            )
+        assert rank_messages["scales_differ"].startswith("scale: every rank must pass the same")
+    assert messages[1]["one_rank_bad"] == "scale: expected a finite number or None, got 'x'"
+    assert messages[0]["one_rank_bad"] == f"{messages[1]['one_rank_bad']} (on rank 1 of the group)"
     assert messages[1]["not_member"].startswith("group: this process is not a member")
     assert messages[0]["group_size"].startswith("group: its 1 ranks hold shards")
 
@@ -160,6 +254,20 @@ def test_a_failing_rank_raises_its_traceback_and_no_process_is_left():
         launch(fail_on_rank_one, 2)
     assert "Traceback" in str(caught.value)
     assert "RuntimeError: rank one fails on purpose" in str(caught.value)
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [("exit", "exited with code 3"), ("kill", "was killed by SIGKILL (exit code -9)")],
+)
+def test_a_rank_that_dies_is_reported_first_with_its_exit_code_or_signal(how, words):
+    with pytest.raises(WorkerError) as caught:
+        launch(die_on_rank_one, 2, how)
+    message = str(caught.value)
+    assert message.startswith(f"rank 1 of 2 {words} and sent no result")
+    if "rank 0" in message:  # rank 0's lost connection, if it arrived in time: a consequence
+        assert message.index("as consequences of rank 1's failure") < message.index("rank 0")
     assert multiprocessing.active_children() == []
 
 
@@ -217,6 +325,10 @@ def test_bad_inputs_outside_processes():
         shard_sequence(x, 0, 3)
     with raises("rank: expected an int in [0, 1]"):
         shard_sequence(x, 2, 2)
+    with raises("world_size: expected a positive int, got 0"):
+        shard_sequence(x, 0, 0)
+    with raises("world_size: expected a positive int, got 0"):
+        shard_positions(10, 0, 0)
     with raises("shards: expected P >= 1 shards of one shape"):
         unshard_sequence([x, x[:, :4]])
     with raises("group: torch.distributed is not initialised"):

@@ -4,18 +4,23 @@
 running maximum and a running sum that is rescaled whenever the maximum grows (Milakov and
 Gimelshein, 2018). :func:`tiled_attention` applies the same idea to attention, in the manner of
 FlashAttention (Dao et al., 2022): it walks over blocks of keys and values and never holds the
-(T, S) matrix of scores, only one (block_q, block_k) tile of it at a time. Its two steps are
+(T, S) matrix of scores, only one (block_q, block_k) tile of it at a time. So does its backward
+pass, which recomputes each tile from the saved per-row log-sum-exp instead of storing the
+probabilities. The loop order (query blocks outer, normalisation at the end) is
+FlashAttention-2's (Dao, 2023). Its two forward steps are
 public, because ring attention (:mod:`attnbook.ring`) reuses them across processes:
-:func:`attention_block` gives a partial result (output, log-sum-exp) over one block of keys and
-:func:`merge_partials` combines two partial results exactly.
+:func:`attention_block` gives a partial result (output, log-sum-exp) over one block of keys,
+:func:`merge_partials` combines two partial results exactly, and
+:func:`attention_block_backward` gives one block's share of the gradients.
 """
 
 import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
-from attnbook._checks import check_attention_inputs, check_int
+from attnbook._checks import check_attention_inputs, check_floating, check_int
 from attnbook.masks import ALIGNMENTS
 
 _NEG_INF = float("-inf")
@@ -27,11 +32,13 @@ def online_softmax(scores: Tensor, block_size: int = 128) -> Tensor:
     For each block the running maximum m and the running sum l of exp(x - m) are updated:
     ``m_new = max(m, max(block))``, ``l = l * exp(m - m_new) + sum(exp(block - m_new))``. After
     the last block, ``softmax(x) = exp(x - m) / l``. Entries equal to -inf get zero weight, and a
-    row with every entry -inf becomes all zeros (as :func:`attnbook.masked_softmax`).
+    row with every entry -inf becomes all zeros (as :func:`attnbook.masked_softmax`). Scores
+    must be floating point: integer, bool and complex scores are refused with a ValueError.
     """
     check_int("block_size", block_size)
     if not isinstance(scores, Tensor) or scores.dim() < 1:
         raise ValueError("scores: expected a tensor with at least 1 dim (..., S)")
+    check_floating("scores", scores)
     running_max = scores.new_full(scores.shape[:-1], _NEG_INF)  # (...,)
     running_sum = scores.new_zeros(scores.shape[:-1])  # (...,)
     for start in range(0, scores.size(-1), block_size):
@@ -122,6 +129,158 @@ def merge_partials(
     return output, lse
 
 
+def attention_block_backward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    grad_output: Tensor,
+    row_dot: Tensor,
+    lse: Tensor,
+    mask: Tensor | None = None,
+    *,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One tile's share of the gradients, its probabilities recomputed from the saved lse.
+
+    query (..., bq, d), key (..., bk, d), value (..., bk, d_v), mask as in
+    :func:`attention_block`; grad_output dO (..., bq, d_v) is the gradient of the *full*
+    output of these queries, row_dot (..., bq, 1) is D = rowsum(dO * O) over that full output,
+    and lse (..., bq, 1) its log-sum-exp over all keys. Then P = exp(scores - lse) are this
+    tile's entries of the full softmax, and the returned (dq, dk, dv) are the tile's terms of
+    dq = dS k * scale, dk = dS^T q * scale and dv = P^T dO, with dS = P * (dO v^T - D).
+    Summed over every tile they are the exact gradients. Rows with lse -inf give zeros.
+    """
+    scores = query @ key.transpose(-2, -1) * scale  # (..., bq, bk)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, _NEG_INF)
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)
+    safe_lse = torch.where(lse == _NEG_INF, 0.0, lse)  # (..., bq, 1): empty rows give P = 0
+    probabilities = torch.exp(scores - safe_lse)  # (..., bq, bk)
+    grad_value = probabilities.transpose(-2, -1) @ grad_output  # (..., bk, d_v)
+    grad_probabilities = grad_output @ value.transpose(-2, -1)  # (..., bq, bk)
+    grad_scores = probabilities * (grad_probabilities - row_dot)  # (..., bq, bk)
+    grad_query = grad_scores @ key * scale  # (..., bq, d)
+    grad_key = grad_scores.transpose(-2, -1) @ query * scale  # (..., bk, d)
+    return grad_query, grad_key, grad_value
+
+
+def _tiles(
+    T: int, S: int, block_q: int, block_k: int, causal_offset: int | None
+) -> list[tuple[int, int, int, int]]:
+    """(q_start, q_stop, k_start, k_stop) of every tile to compute, query blocks outer.
+
+    Under a causal mask the key blocks that no query of a block may see are left out.
+    """
+    tiles = []
+    for q_start in range(0, T, block_q):
+        q_stop = min(q_start + block_q, T)
+        k_end = S if causal_offset is None else max(0, min(S, q_stop + causal_offset))
+        for k_start in range(0, k_end, block_k):
+            tiles.append((q_start, q_stop, k_start, min(k_start + block_k, S)))
+    return tiles
+
+
+def _tiled_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    causal_offset: int | None,
+    scale: float,
+    block_q: int,
+    block_k: int,
+) -> tuple[Tensor, Tensor]:
+    """The forward pass in the working dtype: output (..., T, d_v) and lse (..., T, 1)."""
+    T, S = query.size(-2), key.size(-2)
+    work_dtype = torch.promote_types(query.dtype, torch.float32)
+    batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    output = query.new_zeros((*batch_shape, T, value.size(-1)), dtype=work_dtype)  # (..., T, dv)
+    lse = query.new_full((*batch_shape, T, 1), _NEG_INF, dtype=work_dtype)  # (..., T, 1)
+    for tile in _tiles(T, S, block_q, block_k, causal_offset):
+        q_start, q_stop, k_start, k_stop = tile
+        rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
+        q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
+        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
+        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
+        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+        partial = attention_block(q_block, k_block, v_block, tile_mask, scale=scale)
+        output[..., rows, :], lse[..., rows, :] = merge_partials(
+            output[..., rows, :], lse[..., rows, :], *partial
+        )
+    return output, lse
+
+
+def _tiled_backward(
+    grad_output: Tensor,
+    saved: tuple[Tensor, ...],
+    mask: Tensor | None,
+    causal_offset: int | None,
+    scale: float,
+    block_q: int,
+    block_k: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv from the saved q, k, v, output and lse, one recomputed tile at a time.
+
+    D = rowsum(dO * O) once, then :func:`attention_block_backward` per tile. Gradients are in
+    the broadcast batch shape and the working dtype.
+    """
+    query, key, value, output, lse = saved
+    T, S = query.size(-2), key.size(-2)
+    work_dtype = output.dtype
+    grad_output = grad_output.to(work_dtype)  # (..., T, d_v)
+    row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T, 1): D
+    batch_shape = output.shape[:-2]
+    grad_query = query.new_zeros((*batch_shape, *query.shape[-2:]), dtype=work_dtype)
+    grad_key = key.new_zeros((*batch_shape, *key.shape[-2:]), dtype=work_dtype)
+    grad_value = value.new_zeros((*batch_shape, *value.shape[-2:]), dtype=work_dtype)
+    for tile in _tiles(T, S, block_q, block_k, causal_offset):
+        q_start, q_stop, k_start, k_stop = tile
+        rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
+        q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
+        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
+        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
+        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+        grads = attention_block_backward(
+            q_block,
+            k_block,
+            v_block,
+            grad_output[..., rows, :],
+            row_dot[..., rows, :],
+            lse[..., rows, :],
+            tile_mask,
+            scale=scale,
+        )  # (..., bq, d), (..., bk, d), (..., bk, d_v)
+        grad_query[..., rows, :] += grads[0]
+        grad_key[..., cols, :] += grads[1]
+        grad_value[..., cols, :] += grads[2]
+    return grad_query, grad_key, grad_value
+
+
+class _TiledAttention(torch.autograd.Function):
+    """Tiled attention with a memory-efficient backward: saves q, k, v, the output and lse."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, causal_offset, scale, block_q, block_k):
+        output, lse = _tiled_forward(
+            query, key, value, mask, causal_offset, scale, block_q, block_k
+        )  # (..., T, d_v), (..., T, 1)
+        ctx.save_for_backward(query, key, value, output, lse)
+        ctx.options = (mask, causal_offset, scale, block_q, block_k)
+        return output.to(value.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        grads = _tiled_backward(grad_output, ctx.saved_tensors, *ctx.options)
+        inputs = ctx.saved_tensors[:3]
+        reduced = [
+            grad.sum_to_size(tensor.shape).to(tensor.dtype) if needed else None
+            for grad, tensor, needed in zip(grads, inputs, ctx.needs_input_grad[:3], strict=True)
+        ]  # each gradient summed over the batch dims its input broadcast along
+        return (*reduced, None, None, None, None, None)
+
+
 def tiled_attention(
     query: Tensor,
     key: Tensor,
@@ -146,6 +305,11 @@ def tiled_attention(
     one, rescaling both by their share of the joint normaliser. Extra memory is
     the output plus one (..., block_q, block_k) tile: linear in T for fixed block sizes.
 
+    Differentiable with the same memory: autograd keeps only q, k, v, the output and the
+    per-row log-sum-exp (..., T, 1); the backward pass recomputes each tile's probabilities
+    from the log-sum-exp and accumulates dq, dk, dv tile by tile (FlashAttention's backward,
+    Dao et al., 2022, Algorithm 4, in FlashAttention-2's arrangement). A mask gets no gradient.
+
     mask: boolean (True = attend) or floating (added), broadcastable to (..., T, S), as in the
     library's explicit function. ``is_causal``: query i sees keys 0..i (``causal_align=
     "top-left"``, PyTorch's ``is_causal``) or 0..i + S - T (``"bottom-right"``, what a KV cache
@@ -164,24 +328,4 @@ def tiled_attention(
     causal_offset = None
     if is_causal:
         causal_offset = 0 if causal_align == "top-left" else S - T
-    work_dtype = torch.promote_types(query.dtype, torch.float32)
-    batch_shape = torch.broadcast_shapes(query.shape[:-2], value.shape[:-2])
-    output = query.new_empty((*batch_shape, T, value.size(-1)), dtype=value.dtype)  # (..., T, d_v)
-
-    for q_start in range(0, T, block_q):
-        q_stop = min(q_start + block_q, T)
-        q_block = query[..., q_start:q_stop, :].to(work_dtype) * scale  # (..., bq, d)
-        block_output = q_block.new_zeros((*q_block.shape[:-1], value.size(-1)))  # (..., bq, d_v)
-        block_lse = q_block.new_full((*q_block.shape[:-1], 1), _NEG_INF)  # (..., bq, 1)
-        k_end = S if causal_offset is None else max(0, min(S, q_stop - 1 + causal_offset + 1))
-        for k_start in range(0, k_end, block_k):
-            k_stop = min(k_start + block_k, S)
-            k_block = key[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d)
-            v_block = value[..., k_start:k_stop, :].to(work_dtype)  # (..., bk, d_v)
-            tile_mask = _block_mask(
-                mask, causal_offset, q_start, q_stop, k_start, k_stop, query.device
-            )
-            tile = attention_block(q_block, k_block, v_block, tile_mask, scale=1.0)  # out, lse
-            block_output, block_lse = merge_partials(block_output, block_lse, *tile)
-        output[..., q_start:q_stop, :] = block_output.to(value.dtype)
-    return output
+    return _TiledAttention.apply(query, key, value, mask, causal_offset, scale, block_q, block_k)

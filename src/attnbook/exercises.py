@@ -783,9 +783,59 @@ def check_without_head(fn: Callable[[nn.Module, int], nn.Module]) -> None:
     _succeed("each head's d_head columns of W_o are zeroed in a copy, and the bias is kept")
 
 
+# Chapter 9 (backward pass): the gradients of one block of queries, from the saved lse.
+
+
+def _backward_case(seed: int) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], float]:
+    """Inputs (q, k, v, out, lse, d_out), float64 autograd's (dq, dk, dv), and the scale."""
+    generator = _generator(seed)
+    q, k, v = (torch.randn(n, 4, generator=generator, dtype=torch.float64) for n in (3, 5, 5))
+    d_out = torch.randn(3, 4, generator=generator, dtype=torch.float64)  # (T, d_v)
+    scale = 0.5
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    scores = leaves[0] @ leaves[1].T * scale  # (T, S)
+    out = torch.softmax(scores, dim=-1) @ leaves[2]  # (T, d_v)
+    expected = torch.autograd.grad(out, leaves, d_out)
+    lse = torch.logsumexp(scores.detach(), dim=-1, keepdim=True)  # (T, 1)
+    return (q, k, v, out.detach(), lse, d_out), expected, scale
+
+
+@_checker
+def check_attention_backward(fn: Callable[..., tuple]) -> None:
+    """``fn(q (T, d), k (S, d), v (S, d_v), out (T, d_v), lse (T, 1), d_out (T, d_v), scale)``
+    -> (dq, dk, dv): the gradients of softmax(q k^T * scale) v, recomputing P from ``lse``."""
+    inputs, expected, scale = _backward_case(0)
+    call = "attention_backward(q (3, 4), k (5, 4), v (5, 4), out, lse, d_out, 0.5)"
+    result = _call(fn, call, *(t.clone() for t in inputs), scale)
+    if not isinstance(result, tuple | list) or len(result) != 3:
+        _fail(f"{call} should return a tuple (dq, dk, dv), got {type(result).__name__}")
+    names = ("dq", "dk", "dv")
+    for name, ours, theirs in zip(names, result, expected, strict=True):
+        ours = _as_tensor(ours, call, f"{name} as a tensor")
+        if tuple(ours.shape) != tuple(theirs.shape):
+            _fail(
+                f"{call}: {name} should have shape {tuple(theirs.shape)}, got {tuple(ours.shape)}"
+            )
+    dq, dk, dv = result
+    if not _close(dv, expected[2], atol=1e-6):
+        _fail(f"{call}: dv is wrong; dv = P^T d_out with P = exp(q k^T * scale - lse)")
+    if _close(dq * 0.5, expected[0], atol=1e-6) or _close(dk * 0.5, expected[1], atol=1e-6):
+        _fail(
+            f"{call}: dq or dk is 1 / scale times too large: the scores are q k^T * scale, so "
+            "multiply dS by the scale"
+        )
+    if not (_close(dq, expected[0], atol=1e-6) and _close(dk, expected[1], atol=1e-6)):
+        _fail(
+            f"{call}: dq or dk is wrong; dS = P * (dP - D) with dP = d_out v^T and "
+            "D = rowsum(d_out * out), then dq = dS k * scale and dk = dS^T q * scale"
+        )
+    _succeed("dS = P * (dP - D) with D = rowsum(dO * O); dq = dS k s, dk = dS^T q s, dv = P^T dO")
+
+
 __all__ = [
     "ExerciseError",
     "check_alibi_slopes",
+    "check_attention_backward",
     "check_attention_parameter_count",
     "check_cache_bytes_per_token",
     "check_concat_scores",

@@ -12,12 +12,14 @@ of a second instead of importing everything again; it exits with the calling pro
 
 Nothing may hang and nothing may be left behind: every collective has a timeout, the whole run a
 deadline, a rank that raises makes :func:`launch` raise :class:`WorkerError` in the caller with
-that rank's traceback, and every child is ended and joined on every way out.
+that rank's traceback (or exit code, or signal) ahead of its partners' follow-on errors, and
+every child is ended and joined on every way out.
 """
 
 import datetime
 import io
 import queue
+import signal
 import socket
 import time
 import traceback
@@ -33,6 +35,7 @@ COLLECTIVE_TIMEOUT_S = 60.0  # every send, receive and collective gives up after
 DEADLINE_S = 300.0  # the whole launch gives up after this
 PRELOAD = ["attnbook.ring", "torch._dynamo"]  # imported once by the fork server
 _POLL_S = 0.05
+GRACE_S = 2.0  # after a first failure, how long the others may take to report theirs
 
 
 class WorkerError(RuntimeError):
@@ -135,28 +138,76 @@ def _end(processes: list) -> None:
             process.join()
 
 
+def _death(exitcode: int) -> str:
+    """How a process ended, in words: its exit code, or the signal that killed it."""
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (exit code {exitcode}) and sent no result"
+    return f"exited with code {exitcode} and sent no result"
+
+
+def _failure_report(world_size: int, errors: dict[int, str], dead: dict[int, int]) -> str:
+    """The first failure in full, then the others as its consequences.
+
+    A rank that died without a word (os._exit, a signal, the OOM killer) is the likely cause
+    of the others' errors ("Connection closed by peer"), so it comes first; otherwise the rank
+    whose error arrived first.
+    """
+    failures = [
+        (rank, f"rank {rank} of {world_size} {_death(code)}") for rank, code in dead.items()
+    ]
+    failures += [
+        (rank, f"rank {rank} of {world_size} raised:\n{text}") for rank, text in errors.items()
+    ]
+    (first_rank, first), *others = failures
+    if not others:
+        return first
+    consequences = "\n".join(f"--- {text}" for _, text in others)
+    return (
+        f"{first}\n\nThen, probably as consequences of rank {first_rank}'s failure:\n{consequences}"
+    )
+
+
 def _collect(processes: list, results: "mp.Queue", deadline: float) -> list:
-    """Each rank's result, rank order; raise WorkerError at the first failure or death."""
+    """Each rank's result, rank order; at the first failure or death, raise WorkerError.
+
+    After the first failure the other ranks get ``GRACE_S`` seconds to report or end, so that
+    the report can name the rank that failed first rather than a partner that lost it.
+    """
     world_size = len(processes)
     collected: dict[int, object] = {}
-    while len(collected) < world_size:
-        if time.monotonic() > deadline:
+    errors: dict[int, str] = {}  # rank -> traceback, in order of arrival
+    dead: dict[int, int] = {}  # rank -> exit code, for ranks that ended without a message
+    grace_end = None
+    while len(collected) + len(errors) + len(dead) < world_size:
+        now = time.monotonic()
+        if grace_end is not None and now > grace_end:
+            break
+        if grace_end is None and now > deadline:
             missing = sorted(set(range(world_size)) - set(collected))
             raise TimeoutError(f"launch: ranks {missing} did not finish before the deadline")
         try:
             rank, status, payload = results.get(timeout=_POLL_S)
         except queue.Empty:
             for rank, process in enumerate(processes):
-                if rank not in collected and process.exitcode is not None:
+                reported = rank in collected or rank in errors or rank in dead
+                if not reported and process.exitcode is not None:
                     time.sleep(_POLL_S)  # its last message may still be in the pipe
                     if results.empty():
-                        raise WorkerError(
-                            f"rank {rank} exited with code {process.exitcode} and no result"
-                        ) from None
+                        dead[rank] = process.exitcode
+            if dead and grace_end is None:
+                grace_end = time.monotonic() + GRACE_S
             continue
         if status == "error":
-            raise WorkerError(f"rank {rank} of {world_size} raised:\n{payload}")
-        collected[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+            errors[rank] = payload
+            grace_end = grace_end or time.monotonic() + GRACE_S
+        else:
+            collected[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+    if errors or dead:
+        raise WorkerError(_failure_report(world_size, errors, dead))
     return [collected[rank] for rank in range(world_size)]
 
 
@@ -180,7 +231,9 @@ def launch(
     in a notebook, a script's ``__main__`` or a lambda: a worker process imports it by name.
     Arguments and results are pickled (tensors included); results travel as bytes.
 
-    Raises :class:`WorkerError` with the rank's traceback if any rank raises or dies, and
+    Raises :class:`WorkerError` if any rank raises or dies: it names the rank that failed first
+    (a rank that died: its exit code or signal; else the first traceback to arrive), then the
+    other ranks' errors as its likely consequences. Raises
     ``TimeoutError`` after ``deadline_s`` seconds; in every case all children are ended and
     joined before :func:`launch` returns or raises.
     """

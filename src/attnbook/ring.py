@@ -9,7 +9,9 @@ one from each end, so that under a causal mask every rank has the same work.
 each rank holds all S keys. :func:`ring_attention` (Liu et al., 2023) keeps the rank's query
 shard and passes key/value shards around a ring of ranks, P - 1 point-to-point hops, folding
 each block into the output with the online-softmax merge of :mod:`attnbook.efficient`; a rank
-never holds more than two key/value shards.
+never holds more than two key/value shards. It is differentiable across ranks: the backward pass
+sends the key/value shards around the ring again, each travelling with the partial gradients
+dk, dv that the ranks it visits add to it, and a last hop hands them to the shard's owner.
 """
 
 import math
@@ -19,10 +21,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from attnbook._checks import check_attention_inputs, check_choice, check_int, shape_of
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.efficient import attention_block, merge_partials
+from attnbook.efficient import attention_block, attention_block_backward, merge_partials
 from attnbook.launcher import rank_device
 from attnbook.memory import TensorMemoryMeter
 
@@ -57,6 +60,7 @@ def chunk_ranges(
 
 def shard_positions(length: int, rank: int, world_size: int, layout: str = "contiguous") -> Tensor:
     """The global positions (length / P,) that ``rank`` holds, in shard order."""
+    check_int("world_size", world_size)
     check_int("rank", rank, low=0, high=world_size - 1)
     ranges = chunk_ranges(length, world_size, layout)[rank]
     return torch.cat([torch.arange(start, stop) for start, stop in ranges])  # (length / P,)
@@ -68,6 +72,7 @@ def shard_sequence(
     """Rank ``rank``'s shard of ``x`` (..., L, d): (..., L / P, d), its chunks concatenated."""
     if not isinstance(x, Tensor) or x.dim() < 2:
         raise ValueError(f"{name}: expected a tensor of shape (..., L, d) with at least 2 dims")
+    check_int("world_size", world_size)
     check_int("rank", rank, low=0, high=world_size - 1)
     ranges = chunk_ranges(x.size(-2), world_size, layout, name=f"{name}.shape[-2]")[rank]
     return torch.cat([x[..., start:stop, :] for start, stop in ranges], dim=-2)  # (..., L/P, d)
@@ -132,6 +137,32 @@ def _check_lengths(
         )
 
 
+def _local_problem(
+    query: Tensor, key: Tensor, value: Tensor, layout: str, scale: float | None
+) -> str | None:
+    """The ValueError message this rank's own arguments deserve, or None if they are fine."""
+    try:
+        check_attention_inputs(query, key, value, None, False, scale)
+        check_choice("layout", layout, LAYOUTS)
+        if layout == "zigzag":
+            for name, tensor in (("query", query), ("key", key)):
+                if tensor.size(-2) % 2:
+                    raise ValueError(
+                        f"{name}: a zigzag shard holds two equal chunks, so its length must be "
+                        f"even, got {name}.shape = {shape_of(tensor)}"
+                    )
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _describe(tensor: object) -> tuple:
+    """(shape, dtype) of a tensor as plain Python values, or its type name."""
+    if isinstance(tensor, Tensor):
+        return tuple(tensor.shape), str(tensor.dtype)
+    return (type(tensor).__name__,)
+
+
 def _check_shards(
     query: Tensor,
     key: Tensor,
@@ -139,42 +170,51 @@ def _check_shards(
     layout: str,
     group: dist.ProcessGroup | None,
     lengths: tuple[int, int] | None,
+    scale: float | None = None,
 ) -> tuple[int, int]:
-    """Local checks, then an all-gather of the shapes: every rank must hold alike shards.
+    """Every rank checks its own arguments, then all ranks exchange verdicts and descriptions.
 
-    Every rank sees the same gathered shapes, so every rank raises the same error (none waits
-    for a partner that gave up). Returns (rank, world size).
+    The verdicts, shapes, dtypes, layouts and scales of every rank are all-gathered, so every
+    rank sees the same facts and raises the same ValueError (none waits for a partner that
+    gave up): a rank's own bad argument, or shards that differ across ranks. Returns (rank,
+    world size).
     """
-    check_attention_inputs(query, key, value, None, False)
-    check_choice("layout", layout, LAYOUTS)
     rank, world_size = _group_rank_and_size(group)
-    rank_count = query.dim() + key.dim() + value.dim()
-    mine = torch.tensor(
-        [query.dim(), *query.shape, key.dim(), *key.shape, value.dim(), *value.shape],
-        device=rank_device(),
-    )  # (rank_count + 3,)
-    sizes = [torch.zeros(1, dtype=torch.long, device=mine.device) for _ in range(world_size)]
-    dist.all_gather(sizes, torch.tensor([rank_count], device=mine.device), group=group)
-    if any(int(s) != rank_count for s in sizes):
-        raise ValueError("query: the ranks' shards have different numbers of dims")
-    everyone = [torch.empty_like(mine) for _ in range(world_size)]
-    dist.all_gather(everyone, mine, group=group)
-    for other, theirs in enumerate(everyone):
-        if not torch.equal(theirs, everyone[0]):
-            raise ValueError(
-                f"query: every rank must hold shards of the same shapes (query, key, value); "
-                f"rank 0 has {everyone[0].tolist()}, rank {other} has {theirs.tolist()} "
-                f"(dims, then sizes, for each)"
-            )
-    if layout == "zigzag":
-        for name, tensor in (("query", query), ("key", key)):
-            if tensor.size(-2) % 2:
-                raise ValueError(
-                    f"{name}: a zigzag shard holds two equal chunks, so its length must be "
-                    f"even, got {name}.shape = {shape_of(tensor)}"
-                )
+    problem = _local_problem(query, key, value, layout, scale)
+    mine = (problem, [_describe(t) for t in (query, key, value)], layout, scale)
+    everyone: list = [None] * world_size
+    dist.all_gather_object(everyone, mine, group=group)
+    for other, (their_problem, *_) in enumerate(everyone):
+        if their_problem is not None:
+            if other == rank:
+                raise ValueError(their_problem)
+            raise ValueError(f"{their_problem} (on rank {other} of the group)")
+    _check_alike(everyone)
     _check_lengths(lengths, query, key, world_size)
     return rank, world_size
+
+
+def _check_alike(everyone: list) -> None:
+    """Every rank's shards have the same shapes and dtypes, and the same layout and scale."""
+    shapes = [[shape for shape, _ in descriptions] for _, descriptions, _, _ in everyone]
+    dtypes = [[dtype for _, dtype in descriptions] for _, descriptions, _, _ in everyone]
+    for other in range(len(everyone)):
+        if shapes[other] != shapes[0]:
+            raise ValueError(
+                f"query: every rank must hold shards of the same shapes (query, key, value); "
+                f"rank 0 has {shapes[0]}, rank {other} has {shapes[other]}"
+            )
+        if dtypes[other] != dtypes[0]:
+            raise ValueError(
+                f"query: every rank must hold shards of the same dtype (query, key, value); "
+                f"rank 0 has {dtypes[0]}, rank {other} has {dtypes[other]}"
+            )
+        for index, name in ((2, "layout"), (3, "scale")):
+            if everyone[other][index] != everyone[0][index]:
+                raise ValueError(
+                    f"{name}: every rank must pass the same {name}; rank 0 passed "
+                    f"{everyone[0][index]!r}, rank {other} passed {everyone[other][index]!r}"
+                )
 
 
 def _causal_tile_mask(
@@ -223,21 +263,61 @@ def _fold_block(
     return pairs
 
 
+def _unfold_block(
+    grads: tuple[list[Tensor], Tensor, Tensor],
+    saved: tuple[list[Tensor], ...],
+    q_ranges: list[tuple[int, int]],
+    key: Tensor,
+    value: Tensor,
+    k_ranges: list[tuple[int, int]],
+    is_causal: bool,
+    scale: float,
+) -> None:
+    """Add one key/value shard's tiles to dq (per query chunk) and to the shard's dk, dv.
+
+    ``grads`` = (dq chunks, dk, dv), updated in place; ``saved`` = (query, dO, D, lse) chunks.
+    The same tiles as :func:`_fold_block`, skipped alike.
+    """
+    grad_query, grad_key, grad_value = grads
+    k_len = key.size(-2) // len(k_ranges)
+    for i, q_range in enumerate(q_ranges):
+        for j, k_range in enumerate(k_ranges):
+            mask = _causal_tile_mask(q_range, k_range, key.device) if is_causal else None
+            if mask is False:
+                continue
+            rows = slice(j * k_len, (j + 1) * k_len)  # the key chunk within the shard
+            tile = attention_block_backward(
+                saved[0][i],
+                key[..., rows, :],
+                value[..., rows, :],
+                *(chunks[i] for chunks in saved[1:]),
+                mask,
+                scale=scale,
+            )  # (..., Tc, d), (..., Sc, d), (..., Sc, d_v)
+            grad_query[i] += tile[0]
+            grad_key[..., rows, :] += tile[1]
+            grad_value[..., rows, :] += tile[2]
+
+
 def _start_exchange(
-    key: Tensor, value: Tensor, rank: int, world_size: int, group: dist.ProcessGroup | None
-) -> tuple[list, Tensor, Tensor]:
-    """Send key and value to the next rank, receive the previous rank's: non-blocking."""
+    tensors: list[Tensor], rank: int, world_size: int, group: dist.ProcessGroup | None
+) -> tuple[list, list[Tensor]]:
+    """Send ``tensors`` to the next rank, receive the previous rank's alike: non-blocking.
+
+    Returns the pending transfers (call ``wait()`` on each) and the buffers being filled.
+    """
     world = group if group is not None else dist.group.WORLD
     next_rank = dist.get_global_rank(world, (rank + 1) % world_size)
     previous_rank = dist.get_global_rank(world, (rank - 1) % world_size)
-    key_in, value_in = torch.empty_like(key), torch.empty_like(value)  # the incoming shard
-    operations = [
-        dist.P2POp(dist.isend, key, next_rank, group),
-        dist.P2POp(dist.isend, value, next_rank, group),
-        dist.P2POp(dist.irecv, key_in, previous_rank, group),
-        dist.P2POp(dist.irecv, value_in, previous_rank, group),
-    ]
-    return dist.batch_isend_irecv(operations), key_in, value_in
+    incoming = [torch.empty_like(tensor) for tensor in tensors]  # the previous rank's
+    operations = [dist.P2POp(dist.isend, tensor, next_rank, group) for tensor in tensors]
+    operations += [dist.P2POp(dist.irecv, buffer, previous_rank, group) for buffer in incoming]
+    return dist.batch_isend_irecv(operations), incoming
+
+
+def _finish(exchange: list) -> None:
+    for work in exchange:
+        work.wait()
 
 
 def _ring_step(
@@ -281,42 +361,153 @@ def ring_attention(
     bfloat16 are computed in float32. ``lengths``: the full (T, S), if known, checked against
     the group's size. ``record``: a list that gets one :class:`RingStep` per step.
 
-    Raises ValueError (on every rank alike) if the shards differ across ranks, a zigzag shard
-    has an odd length, or ``lengths`` does not match P times the shard lengths.
+    Differentiable across ranks: every rank of the group must run the backward pass (it is a
+    second ring, see :func:`_ring_backward`), and each gets the gradients of its own shards,
+    equal to the matching slices of the gradients of attention over the full sequence.
+
+    Raises ValueError (on every rank alike) if any rank's arguments are bad (the message says
+    which rank), the shards differ across ranks in shape or dtype, the ranks pass different
+    layouts or scales, a zigzag shard has an odd length, or ``lengths`` does not match P times
+    the shard lengths.
     """
-    rank, world_size = _check_shards(query, key, value, layout, group, lengths)
+    rank, world_size = _check_shards(query, key, value, layout, group, lengths, scale)
     scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
-    T, S = query.size(-2) * world_size, key.size(-2) * world_size
+    plan = _RingPlan(rank, world_size, group, layout, is_causal, scale)
+    return _RingAttention.apply(query, key, value, plan, record)
+
+
+@dataclass(frozen=True)
+class _RingPlan:
+    """Who this rank is in which ring, and what it computes."""
+
+    rank: int
+    world_size: int
+    group: dist.ProcessGroup | None
+    layout: str
+    is_causal: bool
+    scale: float
+
+    def ranges(self, length: int, rank: int, name: str) -> list[tuple[int, int]]:
+        return chunk_ranges(length * self.world_size, self.world_size, self.layout, name)[rank]
+
+
+def _ring_forward(
+    query: Tensor, key: Tensor, value: Tensor, plan: _RingPlan, record: list | None
+) -> tuple[Tensor, Tensor]:
+    """The forward ring in the working dtype: output (..., T/P, d_v) and lse (..., T/P, 1)."""
     work_dtype = torch.promote_types(query.dtype, torch.float32)
-    q_ranges = chunk_ranges(T, world_size, layout, name="query")[rank]
-    query_chunks = query.to(work_dtype).chunk(len(q_ranges), dim=-2)  # chunks (..., T/P or T/2P, d)
-    batch_shape = torch.broadcast_shapes(query.shape[:-2], value.shape[:-2])
+    q_ranges = plan.ranges(query.size(-2), plan.rank, "query")
+    query_chunks = query.to(work_dtype).chunk(len(q_ranges), dim=-2)  # (..., T/P or T/2P, d)
+    batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     chunk_len = query_chunks[0].size(-2)
     empty = query_chunks[0].new_zeros((*batch_shape, chunk_len, value.size(-1)))  # (..., Tc, d_v)
     no_keys = empty.new_full((*batch_shape, chunk_len, 1), _NEG_INF)  # (..., Tc, 1)
     state = [(empty, no_keys)] * len(q_ranges)  # per query chunk: partial output and lse
-    current_key, current_value = key.contiguous(), value.contiguous()  # (..., S/P, d or d_v)
-    for step in range(world_size):
-        source = (rank - step) % world_size
+    current = [key.contiguous(), value.contiguous()]  # (..., S/P, d), (..., S/P, d_v)
+    for step in range(plan.world_size):
+        source = (plan.rank - step) % plan.world_size
         exchange = None
-        if step < world_size - 1:
-            exchange, key_in, value_in = _start_exchange(
-                current_key, current_value, rank, world_size, group
-            )
-        k_ranges = chunk_ranges(S, world_size, layout, name="key")[source]
-        key_block, value_block = current_key.to(work_dtype), current_value.to(work_dtype)
+        if step < plan.world_size - 1:
+            exchange, incoming = _start_exchange(current, plan.rank, plan.world_size, plan.group)
+        k_ranges = plan.ranges(key.size(-2), source, "key")
+        key_block, value_block = (t.to(work_dtype) for t in current)
         pairs = _fold_block(
-            state, query_chunks, q_ranges, key_block, value_block, k_ranges, is_causal, scale
+            state,
+            query_chunks,
+            q_ranges,
+            key_block,
+            value_block,
+            k_ranges,
+            plan.is_causal,
+            plan.scale,
         )
         if record is not None:
-            sent = 0 if exchange is None else current_key.nbytes + current_value.nbytes
+            sent = 0 if exchange is None else current[0].nbytes + current[1].nbytes
             record.append(_ring_step(step, source, pairs, q_ranges, k_ranges, sent))
         if exchange is not None:
-            for work in exchange:
-                work.wait()
-            current_key, current_value = key_in, value_in
+            _finish(exchange)
+            current = incoming
     output = torch.cat([out for out, _ in state], dim=-2)  # (..., T/P, d_v)
-    return output.to(value.dtype)
+    lse = torch.cat([lse for _, lse in state], dim=-2)  # (..., T/P, 1)
+    return output, lse
+
+
+def _ring_backward(
+    grad_output: Tensor, saved: tuple[Tensor, ...], plan: _RingPlan
+) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv of this rank's shards, by a second trip around the ring.
+
+    At step s the rank holds the key/value shard of rank (rank - s) mod P together with the
+    dk, dv that the ranks before it added; it adds its own queries' share
+    (:func:`_unfold_block`) and passes all four on, while dq stays and accumulates here. The
+    next shard's k, v start moving before the compute; the gradients move after it. After P
+    steps each dk, dv has visited every rank and arrived at its owner.
+    """
+    query, key, value, output, lse = saved
+    work_dtype = output.dtype
+    q_ranges = plan.ranges(query.size(-2), plan.rank, "query")
+    n_chunks = len(q_ranges)
+    grad_output = grad_output.to(work_dtype)  # (..., T/P, d_v)
+    row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T/P, 1): D
+    saved_chunks = tuple(
+        t.chunk(n_chunks, dim=-2) for t in (query.to(work_dtype), grad_output, row_dot, lse)
+    )  # query, dO, D and lse, per query chunk
+    batch_shape = output.shape[:-2]
+    grad_query = [
+        c.new_zeros((*batch_shape, *c.shape[-2:])) for c in saved_chunks[0]
+    ]  # per chunk (..., Tc, d)
+    current = [key.contiguous(), value.contiguous()]  # (..., S/P, d), (..., S/P, d_v)
+    grad_key = output.new_zeros((*batch_shape, *key.shape[-2:]))  # (..., S/P, d)
+    grad_value = output.new_zeros((*batch_shape, *value.shape[-2:]))  # (..., S/P, d_v)
+    for step in range(plan.world_size):
+        source = (plan.rank - step) % plan.world_size
+        exchange = None
+        if step < plan.world_size - 1:
+            exchange, incoming = _start_exchange(current, plan.rank, plan.world_size, plan.group)
+        k_ranges = plan.ranges(key.size(-2), source, "key")
+        key_block, value_block = (t.to(work_dtype) for t in current)
+        _unfold_block(
+            (grad_query, grad_key, grad_value),
+            saved_chunks,
+            q_ranges,
+            key_block,
+            value_block,
+            k_ranges,
+            plan.is_causal,
+            plan.scale,
+        )
+        if plan.world_size > 1:
+            gradients, arrived = _start_exchange(
+                [grad_key, grad_value], plan.rank, plan.world_size, plan.group
+            )
+            _finish(gradients)
+            grad_key, grad_value = arrived
+        if exchange is not None:
+            _finish(exchange)
+            current = incoming
+    return torch.cat(grad_query, dim=-2), grad_key, grad_value
+
+
+class _RingAttention(torch.autograd.Function):
+    """Ring attention with a ring backward: saves q, k, v shards, the output and lse."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, plan, record):
+        output, lse = _ring_forward(query, key, value, plan, record)
+        ctx.save_for_backward(query, key, value, output, lse)
+        ctx.plan = plan
+        return output.to(value.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        grads = _ring_backward(grad_output, ctx.saved_tensors, ctx.plan)
+        inputs = ctx.saved_tensors[:3]
+        reduced = [
+            grad.sum_to_size(tensor.shape).to(tensor.dtype)
+            for grad, tensor in zip(grads, inputs, strict=True)
+        ]  # each gradient summed over the batch dims its input broadcast along
+        return (*reduced, None, None)
 
 
 def all_gather_attention(
@@ -338,7 +529,7 @@ def all_gather_attention(
     still grows with S. ``lengths`` and errors as in :func:`ring_attention`. Uses the explicit
     :func:`attnbook.scaled_dot_product_attention`.
     """
-    rank, world_size = _check_shards(query, key, value, layout, group, lengths)
+    rank, world_size = _check_shards(query, key, value, layout, group, lengths, scale)
     keys = [torch.empty_like(key) for _ in range(world_size)]  # P x (..., S/P, d)
     values = [torch.empty_like(value) for _ in range(world_size)]  # P x (..., S/P, d_v)
     dist.all_gather(keys, key.contiguous(), group=group)
@@ -357,43 +548,70 @@ def all_gather_attention(
 
 @dataclass(frozen=True)
 class RankResult:
-    """One rank's run of one case: its output shard, peak extra bytes, seconds and steps."""
+    """One rank's run of one case: its output shard, peak extra bytes, seconds and steps; for
+    a case run with its backward pass, also its gradient shards (dq, dk, dv) and the peak
+    extra bytes of forward + backward."""
 
     output: Tensor
     peak_bytes: int
     seconds: float
     steps: tuple[RingStep, ...]
+    grads: tuple[Tensor, ...] | None = None
+    training_peak_bytes: int | None = None
 
 
 def run_cases(
-    query: Tensor, key: Tensor, value: Tensor, cases: list[tuple[str, bool, str]]
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    cases: list[tuple],
+    grad_output: Tensor | None = None,
 ) -> list[RankResult]:
     """Worker for :func:`attnbook.launcher.launch`: shard the full inputs, run every case.
 
     query (..., T, d), key (..., S, d), value (..., S, d_v): the full tensors, the same on
-    every rank. Each case is (method, is_causal, layout) with method "ring" or "all_gather".
-    Each runs under a :class:`attnbook.TensorMemoryMeter` (peak bytes of the tensors it
-    creates, its shards excluded); returns one :class:`RankResult` per case, output on the CPU.
+    every rank. Each case is (method, is_causal, layout) with method "ring" or "all_gather",
+    or (method, is_causal, layout, True) for a ring case that also runs the backward pass,
+    with this rank's shard of ``grad_output`` (..., T, d_v) as the output's gradient. Each
+    runs under a :class:`attnbook.TensorMemoryMeter` (peak bytes of the tensors it creates,
+    its shards excluded), the forward pass and forward + backward metered apart; returns one
+    :class:`RankResult` per case, tensors on the CPU.
     """
     rank, world_size = dist.get_rank(), dist.get_world_size()
     lengths = (query.size(-2), key.size(-2))
     results = []
-    for method, is_causal, layout in cases:
+    for method, is_causal, layout, *backward in cases:
         check_choice("method", method, METHODS)
+        backward = bool(backward and backward[0])
+        if backward and (method != "ring" or grad_output is None):
+            raise ValueError(
+                f"cases: the backward pass runs for ring cases given a grad_output, got case "
+                f"{(method, is_causal, layout, True)} with grad_output={type(grad_output).__name__}"
+            )
         shards = [
             shard_sequence(tensor, rank, world_size, layout, name).to(rank_device())
             for tensor, name in ((query, "query"), (key, "key"), (value, "value"))
         ]  # (..., T/P, d), (..., S/P, d), (..., S/P, d_v)
+        shards = [shard.requires_grad_(backward) for shard in shards]
         steps: list[RingStep] = []
-        start = time.perf_counter()
-        with TensorMemoryMeter() as meter:
-            options = {"is_causal": is_causal, "layout": layout, "lengths": lengths}
-            if method == "ring":
-                output = ring_attention(*shards, **options, record=steps)
-            else:
-                output = all_gather_attention(*shards, **options)
-        seconds = time.perf_counter() - start
-        results.append(RankResult(output.cpu(), meter.peak_bytes, seconds, tuple(steps)))
+        options = {"is_causal": is_causal, "layout": layout, "lengths": lengths}
+        with TensorMemoryMeter() as training:
+            start = time.perf_counter()
+            with TensorMemoryMeter() as meter:
+                if method == "ring":
+                    output = ring_attention(*shards, **options, record=steps)
+                else:
+                    output = all_gather_attention(*shards, **options)
+            seconds = time.perf_counter() - start
+            if backward:
+                grad = shard_sequence(grad_output, rank, world_size, layout, "grad_output")
+                output.backward(grad.to(rank_device()))
+        grads = tuple(shard.grad.cpu() for shard in shards) if backward else None
+        training_peak = training.peak_bytes if backward else None
+        output = output.detach().cpu()
+        results.append(
+            RankResult(output, meter.peak_bytes, seconds, tuple(steps), grads, training_peak)
+        )
     return results
 
 

@@ -1,7 +1,8 @@
 """``python -m attnbook.bench [--quick] [--threads N]``: every benchmark of the book, one run.
 
-Prints four tables: attention kernels (time and peak extra memory), attention modules (time),
-KV-cache decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
+Prints five tables: attention kernels (time and peak extra memory), attention modules (time),
+attention for training (forward + backward, from :mod:`attnbook.bench.training`), KV-cache
+decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
 attention on P processes (from :mod:`attnbook.bench.ring`), each with its target and a
 met / NOT met verdict, then the total wall-clock time.
 """
@@ -12,7 +13,7 @@ import time
 
 import torch
 
-from attnbook.bench import attention, decoding, ring
+from attnbook.bench import attention, decoding, ring, training
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     print(attention.format_kernels(attention.kernel_benchmark(args.quick), args.quick), flush=True)
     print(flush=True)
     print(attention.format_modules(attention.module_benchmark(args.quick), args.quick), flush=True)
+    print(flush=True)
+    print(training.run(args.quick), flush=True)
     print(flush=True)
     print(decoding.run(args.quick), flush=True)
     print(flush=True)

@@ -5,6 +5,9 @@ only keyword arguments with defaults, so ``diagram()`` draws the chapter's figur
 primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.diagrams._draw`.
 """
 
+from attnbook.diagrams.ring import ring_steps
+from attnbook.diagrams.tiling import tiling_grid
+
 __all__: list[str] = []
 
 # Chapter 1 and chapter 3 (the ch00_03 round).
@@ -23,3 +26,5 @@ from attnbook.diagrams.latent import mla_data_flow  # noqa: E402
 from attnbook.diagrams.rope import rope_rotation  # noqa: E402
 
 __all__ += ["mla_data_flow", "rope_rotation"]
+
+__all__ += ["ring_steps", "tiling_grid"]  # chapters 9 and 10
