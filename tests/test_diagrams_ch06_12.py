@@ -19,6 +19,8 @@ def test_rope_rotation_labels_both_panels_and_the_angle():
     for name in ("R2 q", "R1 k", "R5 q", "R4 k"):
         assert name in shown
     assert shown.count("φ + 1θ") == 2
+    # the grey vectors before rotation, labelled in both panels, and the angle between them
+    assert shown.count("q") == 2 and shown.count("k") == 2 and shown.count("φ") == 2
     assert "query at m = 2, key at n = 1" in shown and "query at m = 5, key at n = 4" in shown
 
 

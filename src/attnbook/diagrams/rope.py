@@ -9,6 +9,8 @@ from attnbook.diagrams._draw import BLACK, BLUE, ORANGE, arrow, canvas, label
 
 __all__ = ["rope_rotation"]
 
+GREY = "#999999"  # q and k before rotation
+
 
 def _angle_arc(ax, centre, radius, start, end, color, text, text_radius):
     """An arc from angle ``start`` to ``end`` (radians) with ``text`` at its middle."""
@@ -26,7 +28,7 @@ def _angle_arc(ax, centre, radius, start, end, color, text, text_radius):
     )
     middle = (low + high) / 2
     spot = (centre[0] + text_radius * math.cos(middle), centre[1] + text_radius * math.sin(middle))
-    label(ax, spot, text, fontsize=9, color=color)
+    label(ax, spot, text, fontsize=10, color=color)
 
 
 def _panel(ax, centre, m, n, theta, q_angle, k_angle):
@@ -38,7 +40,12 @@ def _panel(ax, centre, m, n, theta, q_angle, k_angle):
         (k_angle, 1.15, ORANGE, "k", n),
     ):
         base = (centre[0] + length * math.cos(angle), centre[1] + length * math.sin(angle))
-        arrow(ax, centre, base, color="#bbbbbb")
+        arrow(ax, centre, base, color=GREY)
+        beside = (
+            centre[0] + (length + 0.2) * math.cos(angle),
+            centre[1] + (length + 0.2) * math.sin(angle),
+        )
+        label(ax, beside, name, fontsize=10, color=GREY)
         turned = angle + position * theta
         tip = (centre[0] + length * math.cos(turned), centre[1] + length * math.sin(turned))
         arrow(ax, centre, tip, color=color)
@@ -47,6 +54,7 @@ def _panel(ax, centre, m, n, theta, q_angle, k_angle):
             centre[1] + (length + 0.3) * math.sin(turned),
         )
         label(ax, end, f"R{position} {name}", fontsize=10, color=color)
+    _angle_arc(ax, centre, 0.3, k_angle, q_angle, GREY, "φ", 0.45)
     q_turned, k_turned = q_angle + m * theta, k_angle + n * theta
     _angle_arc(ax, centre, 0.55, k_turned, q_turned, BLACK, f"φ + {m - n}θ", 0.95)
     label(ax, (centre[0], centre[1] - radius - 0.45), f"query at m = {m}, key at n = {n}")
@@ -55,7 +63,8 @@ def _panel(ax, centre, m, n, theta, q_angle, k_angle):
 def rope_rotation(*, theta: float = math.radians(25), shift: int = 3) -> Figure:
     """One feature pair of a query and a key, rotated at two pairs of positions.
 
-    Grey: q and k before rotation (the same in both panels). Coloured: the query turned by
+    Grey: q and k before rotation (the same in both panels), labelled, with the angle φ
+    between them marked. Coloured: the query turned by
     m·θ and the key by n·θ. The right panel moves both positions by ``shift``: both vectors
     turn further, and the angle between them, hence their dot product, stays the same.
     """
