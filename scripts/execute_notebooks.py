@@ -2,6 +2,9 @@
 
 Usage: python scripts/execute_notebooks.py [--jobs N] book/00_conventions.ipynb [more...]
 
+`make notebooks` runs it on the committed chapters; `make book` on copies under _build/run, so
+that building the book leaves the committed files as they are.
+
 Each notebook runs in a fresh kernel with its own folder as the working directory, exactly as
 nbval runs it in `make test`. The chapters are independent, so up to ``--jobs`` of them run at
 once (default: the number of CPU cores), each kernel limited to its share of the cores so that

@@ -9,7 +9,10 @@ by Playwright, then checks the three cases a reader meets:
    script, and the explorer's one-sentence explanation is shown instead;
 2. the same notebook trusted (`jupyter trust`): the saved explorer runs;
 3. the untrusted notebook after running all cells in a kernel: the fresh output is trusted, the
-   explorer runs, and hovering a cell shows the weight the page embeds.
+   explorer runs, and hovering a cell shows the weight the page embeds;
+4. MyST in markdown cells, rendered by jupyterlab-myst as in the book: a small notebook with a
+   dropdown (folded: its answer is hidden until clicked), an admonition and a {doc} reference
+   must show no raw markup.
 
 Requests to other machines are blocked. This is not part of `make test`: it starts a server and
 a kernel and takes about a minute, and it checks JupyterLab's behaviour rather than the book's.
@@ -31,7 +34,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+# The same names, in the same order, as the Makefile's CHROMIUM_NAMES.
+CHROMIUM_NAMES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
+CHROMIUM = os.environ.get("CHROMIUM") or next(filter(None, map(shutil.which, CHROMIUM_NAMES)), "")
 NOTEBOOK = ROOT / "book" / "00_conventions.ipynb"
 START_SECONDS = 60
 TIMEOUT_MS = 60_000
@@ -42,6 +47,15 @@ TIMEOUT_MS = 60_000
 ALL_CELLS_RUN = """() => ![...document.querySelectorAll(".jp-CodeCell .jp-InputPrompt")]
     .some(prompt => prompt.textContent.includes("*"))"""
 
+
+# The MyST a chapter uses, one construct per markdown cell (the book's solutions are dropdowns).
+MYST_CELLS = [
+    ":::{dropdown} Solution to exercise 1\nThe hidden answer: MYST-ANSWER.\n:::",
+    ":::{note}\nAn admonition: MYST-NOTE.\n:::",
+    "As {doc}`untrusted_00_conventions` shows, weights sum to $1$.",
+]
+RAW_MYST = [":::", "{dropdown}", "{note}", "{doc}", "`untrusted_"]
+MYST_PARTS = ["admonition", "doc_link", "math"]
 
 KERNEL_IDLE = """() => {
     const panel = window.jupyterapp.shell.currentWidget;
@@ -117,7 +131,8 @@ def explorer_state(page) -> dict:
     )
 
 
-def check_notebook(browser, base: str, token: str, name: str, run_all: bool) -> dict:
+def offline_context(browser) -> tuple:
+    """A browser context whose requests to anything but 127.0.0.1 are aborted and listed."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     blocked: list[str] = []
 
@@ -129,6 +144,11 @@ def check_notebook(browser, base: str, token: str, name: str, run_all: bool) -> 
             request_route.abort()
 
     context.route("**/*", route)
+    return context, blocked
+
+
+def check_notebook(browser, base: str, token: str, name: str, run_all: bool) -> dict:
+    context, blocked = offline_context(browser)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     workspace = name.split("_")[0]  # one per case: no notebook of another case is restored
@@ -170,6 +190,52 @@ def check_notebook(browser, base: str, token: str, name: str, run_all: bool) -> 
     return state
 
 
+def myst_notebook() -> dict:
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": text} for text in MYST_CELLS]
+    return {
+        "cells": cells,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def check_myst(browser, base: str, token: str, name: str) -> dict:
+    """How JupyterLab shows :data:`MYST_CELLS`: raw markup left, the dropdown folded and
+    opening on a click, the admonition drawn as one."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    context, blocked = offline_context(browser)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{base}lab/workspaces/myst/tree/{name}?token={token}&reset", wait_until="load")
+    cells = page.locator(".jp-MarkdownCell .myst")  # what jupyterlab-myst renders
+    try:
+        cells.nth(len(MYST_CELLS) - 1).wait_for(timeout=20_000)
+    except PlaywrightError:
+        context.close()
+        return {"raw": ["no MyST rendering: is jupyterlab-myst installed and enabled?"]}
+    text = page.locator(".jp-Notebook").inner_text()
+    dropdown = cells.nth(0).locator("details.myst-dropdown")
+    answer = dropdown.locator(".myst-dropdown-body", has_text="MYST-ANSWER")
+    result = {
+        "raw": [marker for marker in RAW_MYST if marker in text],
+        "dropdown": dropdown.count() == 1,
+        "folded": "MYST-ANSWER" not in text and not answer.is_visible(),
+        "admonition": cells.nth(1).locator(".myst-admonition").count() == 1,
+        "doc_link": cells.nth(2).locator("a", has_text="untrusted_00_conventions").count() == 1,
+        "math": cells.nth(2).locator(".katex").count() > 0,
+    }
+    if result["dropdown"]:
+        dropdown.locator("summary").click()
+        answer.wait_for(state="visible")
+        result["opens"] = "MYST-ANSWER" in page.locator(".jp-Notebook").inner_text()
+    page.screenshot(path=base_screenshots() / "lab_myst.png")
+    result["blocked"] = blocked
+    context.close()
+    return result
+
+
 def base_screenshots() -> Path:
     folder = ROOT / "_build" / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
@@ -202,6 +268,7 @@ def main(argv: list[str]) -> int:
             # Trust is a signature of the whole file: make each copy differ from the others.
             notebook["metadata"]["attnbook_lab_test"] = case
             (work / name).write_text(json.dumps(notebook))
+        (work / "myst.ipynb").write_text(json.dumps(myst_notebook()))
         subprocess.run(
             [Path(sys.executable).parent / "jupyter", "trust", work / names["trusted"]],
             env=env,
@@ -216,6 +283,7 @@ def main(argv: list[str]) -> int:
                 case: check_notebook(browser, base, token, name, run_all=case == "run")
                 for case, name in names.items()
             }
+            results["myst"] = check_myst(browser, base, token, "myst.ipynb")
             browser.close()
     print(json.dumps(results, indent=1))
     failures = []
@@ -226,12 +294,22 @@ def main(argv: list[str]) -> int:
             failures.append(f"{case}: the explorer did not start")
         elif not results[case]["hover_ok"]:
             failures.append(f"{case}: hovering a cell did not show its weight")
+    myst = results["myst"]
+    if myst["raw"]:
+        failures.append(f"myst: raw markup shown in JupyterLab: {myst['raw']}")
+    elif not (myst["dropdown"] and myst["folded"] and myst.get("opens")):
+        failures.append(f"myst: the dropdown is not a folded one that opens: {myst}")
+    failures += [f"myst: no {part} rendered" for part in MYST_PARTS if not myst.get(part, True)]
+    failures += [
+        f"{case}: asked for {r['blocked']}" for case, r in results.items() if r.get("blocked")
+    ]
     for line in failures:
         print("FAILED", line)
     if not failures:
         print(
             f"JupyterLab renders the explorer of {source.name}: untrusted -> sentence, "
-            "trusted and after running -> explorer"
+            "trusted and after running -> explorer; MyST dropdowns (folded), admonitions and "
+            "{doc} references render"
         )
     return 1 if failures else 0
 

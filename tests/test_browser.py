@@ -7,8 +7,9 @@ a sidebar that links to every page; the search page finds "attention". A screens
 page's first screen goes to ``_build/screenshots/`` (a full-page one costs about 3 s a page,
 most of the test's time).
 
-Needs Debian's Chromium (``make test`` installs it when it runs as root; ``CHROMIUM`` names
-another Chromium or Chrome) and Playwright for Python, driving that browser: no browser is
+Needs a Chromium or Chrome: ``CHROMIUM`` names one, else the first of :data:`CHROMIUM_NAMES`
+on PATH, the Makefile's lookup (``make test`` installs Debian's ``chromium`` when it runs as
+root and finds none), and Playwright for Python, driving that browser: no browser is
 downloaded. Skipped, with the reason, when either is missing or the book has not been built,
 except where the environment sets ``CI`` (``true`` or ``1``): there it fails instead, so a CI
 run cannot pass without checking the book in a browser. ``ATTNBOOK_HTML`` points it at another
@@ -31,7 +32,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("ATTNBOOK_HTML", ROOT / "_build" / "html"))
 SCREENSHOTS = HTML.parent / "screenshots"
-CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+# The same names, in the same order, as the Makefile's CHROMIUM_NAMES.
+CHROMIUM_NAMES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
+CHROMIUM = os.environ.get("CHROMIUM") or next(filter(None, map(shutil.which, CHROMIUM_NAMES)), "")
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -58,11 +61,15 @@ PAGES = toc_pages()
 def _skip_reason() -> str | None:
     if not (HTML / "index.html").exists():
         return f"the book is not built ({HTML} has no index.html): run `make test` or `make book`"
-    if not Path(CHROMIUM).exists():
+    if not CHROMIUM:
         return (
-            f"Chromium not found at {CHROMIUM}: install Debian's `chromium` package "
-            "(`make test` does when it runs as root) to run the browser test"
+            f"no Chromium or Chrome found (CHROMIUM is not set; none of {CHROMIUM_NAMES} is on "
+            "PATH): install one (Debian/Ubuntu: `apt install chromium`; `make test` does it "
+            "when run as root), or point CHROMIUM at any Chromium or Chrome, e.g. "
+            "`make test CHROMIUM=/path/to/chrome`"
         )
+    if not Path(CHROMIUM).is_file():
+        return f"CHROMIUM={CHROMIUM} is not a file: point it at a Chromium or Chrome executable"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -153,6 +160,11 @@ PAGE_FACTS = """() => {
         outputs: main.querySelectorAll("div.cell_output").length,
         sidebar: [...document.querySelectorAll("nav.bd-docs-nav a.reference.internal,"
             + " .bd-sidebar-primary a.reference.internal")].map(a => a.href),
+        wideCode: [...main.querySelectorAll("div.cell_input pre")]
+            .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+            .map(pre => pre.textContent.split("\\n")[0].slice(0, 60)),
+        topBars: [...document.querySelectorAll("header.bd-header")]
+            .filter(bar => bar.getBoundingClientRect().height > 0).length,
     };
 }"""
 
@@ -193,9 +205,27 @@ def test_page_reads_offline(server, offline_page, page_path):
         assert facts["outputs"] > 0, f"{page_path}: no cell outputs on a chapter page"
         described = [img for img in facts["images"] if img["alt"].startswith("Attention heatmap")]
         assert described, f"{page_path}: no heatmap with alt text"
+    # At 1280 px (the viewport above), book/_static/attnbook.css and the pinned theme pair.
+    assert not facts["wideCode"], f"{page_path}: code scrolls sideways: {facts['wideCode']}"
+    assert facts["topBars"] == 0, f"{page_path}: a top bar above the book's header (theme?)"
     linked = {_same_page(url) for url in facts["sidebar"]}
     missing = [p for p in PAGES if p not in linked and p != "book/intro.html"]
     assert not missing, f"{page_path}: the sidebar has no link to {missing}"
+
+
+def test_notation_table_fits_a_phone(server, browser):
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.goto(server + "book/intro.html", wait_until="load")
+    table = page.locator("main table").first
+    table.scroll_into_view_if_needed()
+    fits = table.evaluate(
+        "t => t.getBoundingClientRect().right <= window.innerWidth"
+        " && t.scrollWidth <= t.parentElement.clientWidth"
+    )
+    page.screenshot(path=SCREENSHOTS / "intro_notation_390px.png")
+    context.close()
+    assert fits, "the intro's notation table is clipped at 390 px"
 
 
 def test_search_finds_attention(server, offline_page):

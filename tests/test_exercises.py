@@ -1,5 +1,6 @@
 """Each exercise checker accepts the reference solution and explains typical mistakes."""
 
+import copy
 import math
 import re
 import statistics
@@ -7,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from attnbook import KVCache, causal_mask, exercises
+from attnbook import KVCache, causal_mask, exercises, induction_score, previous_token_score
 from attnbook.exercises import ExerciseError
 
 
@@ -694,3 +695,122 @@ def test_without_head(capsys):
 
 
 SOLUTIONS["check_without_head"] = without_head
+
+# Chapter 15
+
+
+def sink_window_mask(T, window, n_sink):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return ((j <= i) & (j > i - window)) | ((j < n_sink) & (j <= i))
+
+
+def weights_with_sink(scores, sinks):
+    sink_column = sinks[:, None, None].expand(*scores.shape[:-1], 1)
+    return torch.cat([scores, sink_column], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+def receptive_field(n_layers, window, seq_len):
+    return min(seq_len, n_layers * (window - 1) + 1)
+
+
+def test_sink_window_mask(capsys):
+    check = exercises.check_sink_window_mask
+    expect_success(check, sink_window_mask, capsys)
+    sinks_in_future = lambda T, w, n: sink_window_mask(T, w, 0) | (torch.arange(T) < n)  # noqa: E731
+    expect_message(check, sinks_in_future, "row 0 may attend to key 1, which is in its future")
+    no_sinks = lambda T, w, n: sink_window_mask(T, w, 0)  # noqa: E731
+    expect_message(check, no_sinks, "row 2 may not attend to key 0, one of the 1 sink keys")
+    too_wide = lambda T, w, n: sink_window_mask(T, w + 1, n)  # noqa: E731
+    expect_message(check, too_wide, "row 3 may attend to key 1, 2 steps back: outside its window")
+    expect_message(check, lambda T, w, n: 0, "should return a boolean tensor, got int")
+
+
+def test_sink_weights(capsys):
+    check = exercises.check_sink_weights
+    expect_success(check, weights_with_sink, capsys)
+    expect_message(check, lambda s, k: s.softmax(-1), "every row sums to 1, so the sink took")
+    kept = lambda s, k: torch.cat([s, k[:, None, None].expand(3, 4, 1)], -1).softmax(-1)  # noqa: E731
+    expect_message(check, kept, "drop the sink's column after the softmax")
+    doubled = lambda s, k: weights_with_sink(s, 2 * k)  # noqa: E731
+    expect_message(check, doubled, "the weights differ from exp(score)")
+
+
+def test_receptive_field(capsys):
+    check = exercises.check_receptive_field
+    expect_success(check, receptive_field, capsys)
+    expect_message(check, lambda L, w, T: min(T, L * w), "each layer reaches window - 1")
+    expect_message(check, lambda L, w, T: L * (w - 1) + 1, "no more than the 20 positions")
+    expect_message(check, lambda L, w, T: float(L), "should return an int, got float")
+
+
+SOLUTIONS.update(
+    {
+        "check_sink_window_mask": sink_window_mask,
+        "check_sink_weights": weights_with_sink,
+        "check_receptive_field": receptive_field,
+    }
+)
+
+# Chapter 14
+
+
+def find_circuit(model):
+    block = torch.randint(0, 64, (32, 10), generator=torch.Generator().manual_seed(0))
+    tokens = torch.cat([torch.full((32, 1), 64), block, block], dim=1)  # (B, 21): BOS, r, r
+    weights = model.attention_weights(tokens)[..., 1:, 1:]  # (L, B, H, 20, 20)
+    previous = previous_token_score(weights[0]).mean(dim=0).argmax().item()
+    induction = induction_score(weights[1], 10).mean(dim=0).argmax().item()
+    return previous, induction
+
+
+def test_find_circuit(capsys):
+    check = exercises.check_find_circuit
+    expect_success(check, find_circuit, capsys)
+    expect_message(check, lambda model: find_circuit(model)[::-1], "the order is (previous-token")
+
+    def lowest_previous(model):
+        block = torch.randint(0, 64, (32, 10), generator=torch.Generator().manual_seed(0))
+        tokens = torch.cat([torch.full((32, 1), 64), block, block], dim=1)
+        weights = model.attention_weights(tokens)[..., 1:, 1:]
+        return previous_token_score(weights[0]).mean(0).argmin().item(), find_circuit(model)[1]
+
+    expect_message(check, lowest_previous, "on the previous token, head")
+    wrong_induction = lambda model: (find_circuit(model)[0], (find_circuit(model)[1] + 1) % 4)  # noqa: E731
+    expect_message(check, wrong_induction, "has induction score")
+    expect_message(check, lambda model: 3, "should return two head numbers")
+    expect_message(check, lambda model: (0.0, 1.0), "should return two ints")
+
+
+def test_permuting_heads_keeps_the_model_s_output():
+    from attnbook.circuits import load_circuit_models, periodic_batch
+
+    models, _ = load_circuit_models()
+    model = models["random/600"]
+    tokens = periodic_batch(torch.full((4,), 7), torch.Generator().manual_seed(0))
+    permuted = copy.deepcopy(model)
+    exercises._permute_heads(permuted, 0, [2, 0, 3, 1])
+    exercises._permute_heads(permuted, 1, [1, 3, 0, 2])
+    torch.testing.assert_close(permuted(tokens), model(tokens), rtol=1e-5, atol=1e-5)
+    weights, permuted_weights = model.attention_weights(tokens), permuted.attention_weights(tokens)
+    torch.testing.assert_close(permuted_weights[0, :, 0], weights[0, :, 2])
+    torch.testing.assert_close(permuted_weights[1, :, 3], weights[1, :, 2])
+
+
+def induction_share(weights, period):
+    return weights.diagonal(offset=-(period - 1))[1:].mean().item()
+
+
+def test_induction_share(capsys):
+    check = exercises.check_induction_share
+    expect_success(check, induction_share, capsys)
+    duplicate = lambda weights, period: weights.diagonal(offset=-period).mean().item()  # noqa: E731
+    expect_message(check, duplicate, "the earlier copy of the current token itself")
+    padded = lambda w, period: w.diagonal(offset=-(period - 1))[1:].sum().item() / len(w)  # noqa: E731
+    expect_message(check, padded, "average over the 5 queries t = period .. T - 1 only")
+    with_early = lambda w, period: w.diagonal(offset=-(period - 1)).mean().item()  # noqa: E731
+    expect_message(check, with_early, "queries t < period have no earlier copy")
+    expect_message(check, lambda w, period: "0.5", "should return one number, got str")
+    expect_message(check, lambda w, period: 0.5, "returned 0.5000, expected")
+
+
+SOLUTIONS.update({"check_find_circuit": find_circuit, "check_induction_share": induction_share})

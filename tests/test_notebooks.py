@@ -5,23 +5,44 @@ it silently; these checks make sure every chapter carries fresh, complete, clean
 """
 
 import base64
-import getpass
 import json
 import re
+import socket
 import struct
 from pathlib import Path
 
 import pytest
 import yaml
 
+from attnbook import exercises
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 # Figures as a reader sees them: at least legible, at most a screen or two, and a light page.
 PNG_PIXELS = (100, 2400)  # smallest and largest width or height
 PNG_MAX_BYTES = 400_000
-# Machine details that must not be committed: home folders, temp paths, this user's name.
+# Machine details that must not be committed in outputs or metadata: home folders, temp
+# paths, installed packages' paths.
 LOCAL_PATH = re.compile(r"/home/|/root/|/Users/|C:\\\\Users|/tmp/|/private/var/|site-packages")
-USERNAME = getpass.getuser()
+# What leaks a machine or a person anywhere in a notebook, prose included: a home folder with a
+# name in it (as JSON writes it, so a Windows backslash is doubled), a Jupyter kernel's
+# connection file. Never a bare word: a login such as `reader` or `summary` is also prose.
+LEAKS = re.compile(
+    r"/home/[^/\s\"']+/|/Users/[^/\s\"']+/|[A-Za-z]:(\\\\)+Users(\\\\)+"
+    r"|kernel-[0-9a-f]{8}-[0-9a-f-]+\.json|/jupyter/runtime/"
+)
+
+
+def leaks(text: str, checkout: str, hostname: str) -> list[str]:
+    """What in ``text`` names this machine or someone's files: :data:`LEAKS`, the absolute
+    path of this checkout, and the host name as a whole word (looked for in outputs and
+    metadata only, where a machine writes it)."""
+    found = [match.group() for match in LEAKS.finditer(text)]
+    if checkout in text:
+        found.append(checkout)
+    if hostname and hostname != "localhost" and re.search(rf"\b{re.escape(hostname)}\b", text):
+        found.append(hostname)
+    return found
 
 
 def code_cells(path: Path) -> list[dict]:
@@ -79,8 +100,33 @@ def test_metadata_is_clean(path):
         cell_metadata = json.dumps(cell["metadata"])
         assert "widgets" not in cell["metadata"], f"{path.name}: widget state in a cell"
         assert LOCAL_PATH.search(cell_metadata) is None, f"{path.name}: local path in a cell"
-    if USERNAME not in ("root", "runner", "jovyan", "user") and len(USERNAME) > 3:
-        assert USERNAME not in path.read_text(), f"{path.name}: the user name {USERNAME!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_personal_or_machine_details(path):
+    notebook = json.loads(path.read_text())
+    generated = json.dumps(notebook["metadata"]) + json.dumps(
+        [[cell["metadata"], cell.get("outputs", [])] for cell in notebook["cells"]]
+    )
+    sources = json.dumps([cell["source"] for cell in notebook["cells"]])
+    found = leaks(generated, str(ROOT), socket.gethostname()) + leaks(sources, str(ROOT), "")
+    assert not found, f"{path.name}: machine or personal details committed: {found}"
+
+
+@pytest.mark.parametrize("login", ["reader", "summary", "will", "mark", "eric", "rose"])
+def test_leak_check_finds_paths_not_words(login):
+    """The check above flags where a name leaks, never the name as an ordinary word."""
+    prose = json.dumps(f"a screen {login} describes; the {login} sees a numeric summary")
+    assert leaks(prose, "/srv/checkout/attention", "") == []
+    home = json.dumps(f"saved to /home/{login}/attention/book/x.png")
+    mac = json.dumps(f"/Users/{login}/Library/x")
+    windows = json.dumps(f"C:\\Users\\{login}\\attention")
+    kernel = json.dumps("--f=/run/user/1000/jupyter/runtime/kernel-1a2b3c4d-5e6f-7a8b.json")
+    for text in (home, mac, windows, kernel):
+        assert leaks(text, "/srv/checkout/attention", ""), f"missed a leak in {text}"
+    assert leaks('"in /srv/checkout/attention/book"', "/srv/checkout/attention", "") != []
+    assert leaks('"ran on host build-7"', "/x", "build-7") == ["build-7"]
+    assert leaks('"ran on host build-77"', "/x", "build-7") == []
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -124,17 +170,15 @@ def test_heatmaps_have_alt_text_and_a_caption(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercises_include_a_checker(path):
-    """Each chapter's exercises end in at least one cell that calls an attnbook checker."""
+    """Each chapter's exercises include a visible cell that calls an attnbook checker (the stub,
+    check and dropdown solution around it: tests/test_exercise_solutions.py)."""
     cells = json.loads(path.read_text())["cells"]
     headings = [i for i, c in enumerate(cells) if "## Exercises" in "".join(c["source"])]
     assert headings, f"{path.name}: no '## Exercises' section"
     after = [c for c in cells[headings[-1] :] if c["cell_type"] == "code"]
-    solutions = [c for c in after if "hide-cell" in c["metadata"].get("tags", [])]
-    checks = [c for c in after if re.search(r"\bcheck_\w+\(", "".join(c["source"]))]
-    assert solutions, f"{path.name}: no collapsed (hide-cell) solution cell after the exercises"
-    assert any("attnbook.exercises" in "".join(c["source"]) for c in checks), (
-        f"{path.name}: no visible cell calling a checker from attnbook.exercises"
-    )
+    called = [(c, re.findall(r"\b(check_\w+)\(", "".join(c["source"]))) for c in after]
+    checks = [c for c, names in called if set(names) & set(exercises.__all__)]
+    assert checks, f"{path.name}: no cell calling a checker from attnbook.exercises"
     assert all("hide-cell" not in c["metadata"].get("tags", []) for c in checks), (
         f"{path.name}: the checker cell must stay visible"
     )

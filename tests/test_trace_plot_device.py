@@ -108,14 +108,26 @@ def test_get_device_honours_environment(monkeypatch):
     monkeypatch.setenv("ATTNBOOK_DEVICE", "not-a-device")
     with pytest.raises(ValueError, match="ATTNBOOK_DEVICE: expected a torch device"):
         get_device()
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("ATTNBOOK_DEVICE", "cuda")
-        with pytest.raises(
-            ValueError, match="asks for 'cuda', but this machine has no such device"
-        ):
-            get_device()
     monkeypatch.delenv("ATTNBOOK_DEVICE")
     assert get_device().type in {"cpu", "cuda", "mps"}
+
+
+def test_asking_for_cuda_with_a_cpu_only_torch_says_which_build_to_install(monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "cuda")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    with pytest.raises(ValueError, match="has no CUDA support") as error:
+        get_device()
+    assert "torch.version.cuda is None" in str(error.value)
+    assert "TORCH_BUILD=default" in str(error.value)
+
+
+def test_asking_for_cuda_on_a_machine_without_a_gpu_says_so(monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "cuda:1")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA build...
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # ...and no GPU
+    with pytest.raises(ValueError, match="asks for 'cuda:1', but this machine has no such device"):
+        get_device()
 
 
 def test_set_seed_repeats_runs():

@@ -5,20 +5,27 @@ H_kv key/value heads, D model width, d_head head width. Boolean masks mean True 
 """
 
 from attnbook.additive import AdditiveAttention
-from attnbook.attention import masked_softmax, scaled_dot_product_attention
+from attnbook.attention import masked_softmax, scaled_dot_product_attention, soft_cap
 from attnbook.capstone import (
     CapstoneModels,
     build_capstone_model,
     load_capstone_models,
     train_capstone_model,
 )
+from attnbook.circuits import induction_score, previous_token_score, sink_score
 from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
 from attnbook.device import get_device, set_seed
 from attnbook.efficient import online_softmax, tiled_attention
 from attnbook.explore import AttentionExplorer, explore
 from attnbook.gqa_conversion import mean_pool_kv_heads
 from attnbook.heads import gate_heads, merge_heads, repeat_kv, split_heads
-from attnbook.kv_cache import KVCache, kv_cache_bytes_per_token
+from attnbook.kv_cache import (
+    KVCache,
+    RollingKVCache,
+    kv_cache_bytes,
+    kv_cache_bytes_per_token,
+    latent_cache_bytes_per_token,
+)
 from attnbook.latent import LatentCache, MultiHeadLatentAttention
 from attnbook.lm_training import (
     TrainingHistory,
@@ -26,7 +33,7 @@ from attnbook.lm_training import (
     next_token_loss,
     train_language_model,
 )
-from attnbook.masks import causal_mask, padding_mask
+from attnbook.masks import causal_mask, padding_mask, sliding_window_mask
 from attnbook.memory import TensorMemoryMeter
 from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.plotting import plot_attention, plot_heads, plot_mask, plot_scores, use_book_style
@@ -51,6 +58,12 @@ from attnbook.seq2seq import (
 )
 from attnbook.seq2seq_training import sequence_loss, token_accuracy, train_seq2seq
 from attnbook.shipped import shipped_file
+from attnbook.sinks import (
+    add_sinks_from_lse,
+    attention_with_sinks,
+    decoder_logits_with_mask,
+    streaming_mask,
+)
 from attnbook.tasks import decode_ids, encode_words, reversal_batch
 from attnbook.text import (
     CharVocabulary,
@@ -99,6 +112,7 @@ __all__ = [
     "get_device",
     "greedy_decode",
     "greedy_generate",
+    "induction_score",
     "kv_cache_bytes_per_token",
     "load_capstone_models",
     "load_genesis",
@@ -114,6 +128,7 @@ __all__ = [
     "plot_heads",
     "plot_mask",
     "plot_scores",
+    "previous_token_score",
     "random_batch",
     "record",
     "repeat_kv",
@@ -126,6 +141,7 @@ __all__ = [
     "set_seed",
     "shift_right",
     "shipped_file",
+    "sink_score",
     "sinusoidal_encoding",
     "split_heads",
     "tiled_attention",
@@ -136,6 +152,16 @@ __all__ = [
     "train_seq2seq",
     "train_validation_split",
     "use_book_style",
+    # Chapter 15
+    "RollingKVCache",
+    "add_sinks_from_lse",
+    "attention_with_sinks",
+    "decoder_logits_with_mask",
+    "kv_cache_bytes",
+    "latent_cache_bytes_per_token",
+    "sliding_window_mask",
+    "soft_cap",
+    "streaming_mask",
 ]
 
 # Chapter 1's shipped models (the ch00_03 round).

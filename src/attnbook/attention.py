@@ -14,6 +14,7 @@ from torch import Tensor
 from attnbook._checks import (
     check_attention_inputs,
     check_mask,
+    check_positive,
     check_probability,
     check_tensor,
 )
@@ -48,6 +49,12 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     return exp_scores / torch.where(denominator > 0, denominator, 1.0)
 
 
+def soft_cap(scores: Tensor, cap: float) -> Tensor:
+    """cap * tanh(scores / cap): close to the identity for |score| << cap, never beyond +-cap."""
+    check_positive("cap", cap)
+    return cap * torch.tanh(scores / cap)
+
+
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -57,6 +64,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
+    logit_softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v, returning ``(output, weights)``.
 
@@ -82,9 +90,14 @@ def scaled_dot_product_attention(
     the returned weights are the ones used, dropout included. Inputs must be floating point;
     float16 and bfloat16 are scored and normalised in float32, so large logits cannot overflow;
     the output has the input's dtype.
+
+    logit_softcap: a positive c bounds every score to (-c, c) by c * tanh(score / c) after
+    scaling and before the mask (Gemma 2's attention soft-capping); None leaves scores as they are.
     """
     check_attention_inputs(query, key, value, mask, is_causal, scale)
     check_probability("dropout_p", dropout_p)
+    if logit_softcap is not None:
+        check_positive("logit_softcap", logit_softcap)
     if is_causal:
         mask = causal_mask(query.size(-2), key.size(-2), device=query.device)  # (T, S)
     if scale is None:
@@ -92,6 +105,9 @@ def scaled_dot_product_attention(
     work_dtype = torch.promote_types(query.dtype, torch.float32)
     scores = (query.to(work_dtype) @ key.to(work_dtype).transpose(-2, -1)) * scale  # (..., T, S)
     record("scores", scores, "... T S", "q . k * scale for every query-key pair")
+    if logit_softcap is not None:
+        scores = soft_cap(scores, logit_softcap)  # (..., T, S), each in (-cap, cap)
+        record("capped", scores, "... T S", "cap * tanh(score / cap): bounded scores")
     weights = masked_softmax(scores, mask)  # (..., T, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
@@ -111,6 +127,7 @@ def attend(
     is_causal: bool = False,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    logit_softcap: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The attention step of every module: explicit when the weights are wanted, else fused.
 
@@ -122,17 +139,21 @@ def attend(
     head for its group; otherwise PyTorch's fused kernel, which shares the heads itself
     (``enable_gqa``) and never materialises the weights. Both follow the same rules: a query
     with nothing to attend to gets a zero output.
+
+    ``logit_softcap`` (see :func:`scaled_dot_product_attention`) has no fused kernel in
+    PyTorch, so with it the explicit function runs whether or not the weights are wanted.
     """
     group_size = q.size(1) // k.size(1)
-    if need_weights:
+    if need_weights or logit_softcap is not None:
         if group_size > 1:
             k = repeat_kv(k, group_size)  # (B, H, S, d)
             v = repeat_kv(v, group_size)  # (B, H, S, d_v)
             record("k repeated", k, "B H S d_head", "each key head copied for its group")
             record("v repeated", v, "B H S d_head", "each value head copied for its group")
-        return scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
+        output, weights = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, logit_softcap=logit_softcap
         )  # (B, H, T, d_v), (B, H, T, S)
+        return output, weights if need_weights else None
     if mask is not None and mask.dtype.is_floating_point:
         mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
     heads = F.scaled_dot_product_attention(

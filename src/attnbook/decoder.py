@@ -14,7 +14,7 @@ module (``new_cache()``): a :class:`attnbook.KVCache`, or a latent cache for MLA
 import torch
 from torch import Tensor, nn
 
-from attnbook._checks import check_choice, check_even, check_int, check_tensor, shape_of
+from attnbook._checks import check_bool, check_choice, check_even, check_int, check_tensor, shape_of
 from attnbook.latent import MultiHeadLatentAttention
 from attnbook.multihead import GroupedQueryAttention
 from attnbook.positions import alibi_bias, sinusoidal_encoding
@@ -72,18 +72,22 @@ class DecoderBlock(nn.Module):
     ``attention``: the self-attention module (anything called like
     :class:`GroupedQueryAttention` in self-attention, with ``d_model`` and a ``new_cache()``
     method); its width is the block's. ``mlp_width``: the MLP's hidden width.
+    ``attention_only=True`` leaves the MLP out: the block is x + attention(norm(x)).
     """
 
-    def __init__(self, attention: nn.Module, mlp_width: int) -> None:
+    def __init__(self, attention: nn.Module, mlp_width: int, *, attention_only: bool = False):
         super().__init__()
         check_int("mlp_width", mlp_width)
+        check_bool("attention_only", attention_only)
         d_model = attention.d_model
         self.attention_norm = nn.LayerNorm(d_model)
         self.attention = attention
-        self.mlp_norm = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, mlp_width), nn.GELU(), nn.Linear(mlp_width, d_model)
-        )
+        self.mlp_norm = self.mlp = None
+        if not attention_only:
+            self.mlp_norm = nn.LayerNorm(d_model)
+            self.mlp = nn.Sequential(
+                nn.Linear(d_model, mlp_width), nn.GELU(), nn.Linear(mlp_width, d_model)
+            )
 
     def forward_with_weights(
         self,
@@ -109,6 +113,8 @@ class DecoderBlock(nn.Module):
             head_mask=head_mask,
         )
         x = x + attended  # (B, T, D)
+        if self.mlp is None:
+            return x, weights  # (B, T, D), (B, H, T, S) or None
         return x + self.mlp(self.mlp_norm(x)), weights  # (B, T, D), (B, H, T, S) or None
 
     def forward(
@@ -169,6 +175,8 @@ class TinyDecoder(nn.Module):
     The attention is chosen by :func:`make_attention`'s arguments: ``n_kv_heads`` (default
     ``n_heads``: MHA; fewer: GQA; 1: MQA) or ``kv_latent_dim`` (MLA, with ``rope_dim``).
     ``variant`` names the result. ``mlp_width`` defaults to 4 * d_model.
+    ``attention_only=True`` builds every block without its MLP, the attention-only models in
+    which Elhage et al. traced circuits.
     """
 
     def __init__(
@@ -184,6 +192,7 @@ class TinyDecoder(nn.Module):
         rope_dim: int = 0,
         mlp_width: int | None = None,
         positions: str = "learned",
+        attention_only: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -208,7 +217,11 @@ class TinyDecoder(nn.Module):
             "rope": positions == "rope" and kv_latent_dim is None,
         }
         self.blocks = nn.ModuleList(
-            DecoderBlock(make_attention(d_model, n_heads, **attention), width)
+            DecoderBlock(
+                make_attention(d_model, n_heads, **attention),
+                width,
+                attention_only=attention_only,
+            )
             for _ in range(n_layers)
         )
         self.final_norm = nn.LayerNorm(d_model)

@@ -7,6 +7,10 @@ import numpy as np
 import torch
 
 DEVICE_ENV_VAR = "ATTNBOOK_DEVICE"
+CUDA_INSTALL = (
+    "install torch's CUDA build into .venv: `make distclean`, then `make TORCH_BUILD=default lab` "
+    "(or see https://pytorch.org/get-started/locally/)"
+)
 
 
 def _available(device: torch.device) -> bool:
@@ -32,6 +36,12 @@ def get_device() -> torch.device:
                 f"{DEVICE_ENV_VAR}: expected a torch device such as 'cpu', 'cuda' or 'mps', "
                 f"got {requested!r}"
             ) from error
+        if device.type == "cuda" and torch.version.cuda is None and torch.version.hip is None:
+            raise ValueError(
+                f"{DEVICE_ENV_VAR}: asks for {requested!r}, but the installed torch "
+                f"{torch.__version__} has no CUDA support (torch.version.cuda is None, a "
+                f"CPU-only build): {CUDA_INSTALL}"
+            )
         if not _available(device):
             raise ValueError(
                 f"{DEVICE_ENV_VAR}: asks for {requested!r}, but this machine has no such device"

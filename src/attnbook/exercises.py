@@ -14,6 +14,7 @@ it breaks; end with :func:`_succeed`. Test it in ``tests/test_exercises.py`` aga
 reference solution and at least two typical mistakes.
 """
 
+import copy
 import functools
 import math
 import statistics
@@ -864,3 +865,191 @@ def check_scale_for(fn: Callable[[int, float], float]) -> None:
 
 
 __all__ += ["check_scale_for"]
+
+# Chapter 15: sliding windows and sinks.
+
+
+@_checker
+def check_sink_window_mask(fn: Callable[[int, int, int], Tensor]) -> None:
+    """``fn(T, window, n_sink)``: StreamingLLM's (T, T) mask, the last keys plus the first ones."""
+    from attnbook.sinks import streaming_mask
+
+    for length, window, n_sink in [(6, 2, 1), (8, 3, 2), (5, 1, 0), (4, 2, 6), (7, 7, 3)]:
+        call = f"sink_window_mask({length}, {window}, {n_sink})"
+        mask = _check_bool_mask(_call(fn, call, length, window, n_sink), call, (length, length))
+        expected = streaming_mask(length, window, n_sink)
+        if torch.equal(mask, expected):
+            continue
+        row, key = _first_difference(mask, expected)
+        if mask[row, key] and key > row:
+            _fail(f"{call}: row {row} may attend to key {key}, which is in its future")
+        if mask[row, key]:
+            _fail(
+                f"{call}: row {row} may attend to key {key}, {row - key} steps back: outside "
+                f"its window of {window} keys (itself included) and not one of the first {n_sink}"
+            )
+        if key < n_sink:
+            _fail(f"{call}: row {row} may not attend to key {key}, one of the {n_sink} sink keys")
+        _fail(f"{call}: row {row} may not attend to key {key}, which is inside its window")
+    _succeed("the last `window` keys plus the first `n_sink`, never a key in the future")
+
+
+@_checker
+def check_sink_weights(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+    """``fn(scores (H, T, S), sinks (H,))`` -> weights (H, T, S) of a softmax with a sink column."""
+    generator = _generator(0)
+    scores = torch.randn(3, 4, 5, generator=generator).double()  # (H, T, S)
+    scores = scores.masked_fill(~causal_mask(4, 5, align="bottom-right"), float("-inf"))
+    sinks = torch.tensor([-2.0, 0.0, 1.5], dtype=torch.float64)  # (H,)
+    call = "weights_with_sink(scores (3, 4, 5), sinks (3,))"
+    result = _as_tensor(_call(fn, call, scores.clone(), sinks.clone()), call, "a tensor")
+    if tuple(result.shape) != (3, 4, 5):
+        extra = " (drop the sink's column after the softmax)" if result.shape[-1] == 6 else ""
+        _fail(f"{call} should return shape (H, T, S) = (3, 4, 5), got {tuple(result.shape)}{extra}")
+    lse = torch.logsumexp(scores, dim=-1)  # (H, T)
+    expected = torch.exp(scores - torch.logaddexp(lse, sinks[:, None])[..., None])  # (H, T, S)
+    if _close(result, expected, atol=1e-6):
+        _succeed("rows sum to 1 - p_sink: the sink takes its share and leaves no value behind")
+        return
+    if _close(result.sum(-1), torch.ones(3, 4), atol=1e-6):
+        _fail(f"{call}: every row sums to 1, so the sink took nothing; normalise over S + 1")
+    _fail(f"{call}: the weights differ from exp(score) / (sum of exp(scores) + exp(sink))")
+
+
+@_checker
+def check_receptive_field(fn: Callable[[int, int, int], int]) -> None:
+    """``fn(n_layers, window, seq_len)`` -> input positions that can reach the last output."""
+    for n_layers, window, seq_len in [(1, 4, 24), (5, 4, 24), (3, 1, 10), (10, 5, 20), (2, 3, 99)]:
+        call = f"receptive_field({n_layers}, {window}, {seq_len})"
+        result = _call(fn, call, n_layers, window, seq_len)
+        if isinstance(result, bool) or not isinstance(result, int):
+            _fail(f"{call} should return an int, got {type(result).__name__}")
+        expected = min(seq_len, n_layers * (window - 1) + 1)
+        if result == expected:
+            continue
+        if result == min(seq_len, n_layers * window):
+            _fail(
+                f"{call} returned {result}, expected {expected}: each layer reaches "
+                f"window - 1 positions further back; the position itself is counted once"
+            )
+        if result == n_layers * (window - 1) + 1:
+            _fail(f"{call} returned {result}: no more than the {seq_len} positions that exist")
+        _fail(f"{call} returned {result}, expected {expected}")
+    _succeed("L * (W - 1) + 1 positions, capped by the sequence's length")
+
+
+__all__ += ["check_receptive_field", "check_sink_weights", "check_sink_window_mask"]
+
+# Chapter 14: finding a circuit, and the induction score by hand.
+
+
+def _permute_heads(model: TinyDecoder, layer: int, order: list[int]) -> None:
+    """Renumber layer ``layer``'s heads in place: new head i is old head ``order[i]``.
+
+    Each head owns a block of d_head rows of W_Q, W_K, W_V (and their biases) and the same
+    block of columns of W_O; moving the blocks together leaves the model's output unchanged.
+    """
+    attention = model.blocks[layer].attention
+    d_head = attention.head_dim
+    rows = torch.cat([torch.arange(h * d_head, (h + 1) * d_head) for h in order])
+    with torch.no_grad():
+        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+            projection.weight.copy_(projection.weight[rows])
+            if projection.bias is not None:
+                projection.bias.copy_(projection.bias[rows])
+        attention.out_proj.weight.copy_(attention.out_proj.weight[:, rows])
+
+
+def _circuit_heads(model: TinyDecoder) -> tuple[int, int, dict]:
+    """The layer-0 head with the highest previous-token score and the layer-1 head with the
+    highest induction score, on fresh periodic sequences, and the scores themselves."""
+    from attnbook.circuits import circuit_measurements, periodic_batch
+
+    periods = torch.full((64,), 12)
+    tokens = periodic_batch(periods, _generator(7))[:, : 2 * 12 + 1]  # (64, 25)
+    found = circuit_measurements(model, tokens, 12)
+    return found["previous"][0].argmax().item(), found["induction"][1].argmax().item(), found
+
+
+@_checker
+def check_find_circuit(fn: Callable[[TinyDecoder], tuple]) -> None:
+    """``fn(model)`` -> (previous-token head in layer 0, induction head in layer 1), as ints.
+
+    The model is chapter 14's trained one with its heads renumbered at random, three times.
+    """
+    from attnbook.circuits import load_circuit_models
+
+    models, manifest = load_circuit_models()
+    trained = models[f"random/{manifest['training']['steps']}"]
+    for seed in range(3):
+        orders = [
+            torch.randperm(4, generator=_generator(seed + 10 * layer)).tolist() for layer in (0, 1)
+        ]
+        mystery = copy.deepcopy(trained)
+        for layer, order in enumerate(orders):
+            _permute_heads(mystery, layer, order)
+        previous, induction, found = _circuit_heads(mystery)
+        call = f"find_circuit(model with heads renumbered, seed {seed})"
+        answer = _call(fn, call, mystery)
+        if not isinstance(answer, tuple | list) or len(answer) != 2:
+            _fail(f"{call} should return two head numbers (previous, induction), got {answer!r}")
+        got = [a.item() if torch.is_tensor(a) else a for a in answer]
+        if any(isinstance(a, bool) or not isinstance(a, int) for a in got):
+            _fail(f"{call} should return two ints, got {answer!r}")
+        if got == [induction, previous]:
+            _fail(
+                f"{call} returned {tuple(got)}: the order is (previous-token head, induction head)"
+            )
+        if got[0] != previous:
+            scores = found["previous"][0].tolist()
+            _fail(
+                f"{call}: layer 0's head {got[0]} puts {scores[got[0]]:.2f} on the previous "
+                f"token, head {previous} puts {scores[previous]:.2f}; score every head on "
+                f"periodic sequences and take the highest"
+            )
+        if got[1] != induction:
+            scores = found["induction"][1].tolist()
+            _fail(
+                f"{call}: layer 1's head {got[1]} has induction score {scores[got[1]]:.2f}, head "
+                f"{induction} has {scores[induction]:.2f}; use the weights on the repeated "
+                f"tokens, key t - period + 1"
+            )
+    _succeed("the previous-token head and the induction head, found however the heads are numbered")
+
+
+@_checker
+def check_induction_share(fn: Callable[[Tensor, int], float]) -> None:
+    """``fn(weights (T, T), period)`` -> mean of weights[t, t - period + 1], t = period .. T - 1."""
+    from attnbook.circuits import induction_score
+
+    scores = torch.randn(9, 9, generator=_generator(3))  # (T, S)
+    weights = scores.masked_fill(~causal_mask(9), float("-inf")).softmax(dim=-1)  # (T, S)
+    for period in (4, 1, 8, 3):
+        call = f"induction_share(weights (9, 9), {period})"
+        answer = _call(fn, call, weights.clone(), period)
+        value = answer.item() if torch.is_tensor(answer) and answer.numel() == 1 else answer
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _fail(f"{call} should return one number, got {type(answer).__name__}")
+        expected = induction_score(weights, period).item()
+        if abs(value - expected) < 1e-6:
+            continue
+        on_match = weights.diagonal(offset=-period).mean().item() if period < 9 else None
+        if on_match is not None and abs(value - on_match) < 1e-6:
+            _fail(
+                f"{call}: that is the weight on key t - period, the earlier copy of the current "
+                f"token itself; an induction head looks one further, at key t - period + 1"
+            )
+        padded = weights.diagonal(offset=-(period - 1))[1:].sum().item() / 9  # zeros for t < period
+        if abs(value - padded) < 1e-6:
+            _fail(f"{call}: average over the {9 - period} queries t = period .. T - 1 only")
+        with_early = weights.diagonal(offset=-(period - 1)).mean().item()
+        if abs(value - with_early) < 1e-6:
+            _fail(
+                f"{call}: queries t < period have no earlier copy of their token; average "
+                f"over t = period .. T - 1 only"
+            )
+        _fail(f"{call} returned {value:.4f}, expected {expected:.4f}")
+    _succeed("the induction score averages weights[t, t - period + 1] over t = period .. T - 1")
+
+
+__all__ += ["check_find_circuit", "check_induction_share"]

@@ -81,3 +81,33 @@ def padding_mask(
     if side == "right":
         return positions < lengths[:, None]  # (B, S)
     return positions >= max_len - lengths[:, None]  # (B, S)
+
+
+def sliding_window_mask(
+    query_len: int,
+    window: int,
+    key_len: int | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The (T, S) causal mask in which every query sees only its last ``window`` keys.
+
+    The T queries are the *last* T of the S positions (bottom-right, as after a cache), so the
+    query at absolute position p = i + (S - T) sees the keys j with p - window < j <= p:
+    ``window`` counts the keys a query sees, itself included, so ``window=1`` is "only
+    yourself" and ``window >= S`` is the plain causal mask. ``key_len`` defaults to
+    ``query_len``. Mistral's and Gemma's local layers use this mask; stacked, L such layers let
+    information travel about L * (window - 1) positions.
+    """
+    check_int("query_len", query_len)
+    check_int("window", window)
+    key_len = query_len if key_len is None else key_len
+    check_int("key_len", key_len)
+    if key_len < query_len:
+        raise ValueError(
+            f"key_len: the {query_len} queries are the last of the key positions, so key_len "
+            f"must be >= query_len = {query_len}, got {key_len}"
+        )
+    query_pos = torch.arange(key_len - query_len, key_len, device=device)[:, None]  # (T, 1)
+    key_pos = torch.arange(key_len, device=device)[None, :]  # (1, S)
+    return (key_pos <= query_pos) & (key_pos > query_pos - window)  # (T, S)

@@ -5,21 +5,24 @@ from torch import Tensor, nn
 
 from attnbook._checks import (
     check_base,
+    check_bool,
     check_cached_attention_mask,
     check_choice,
     check_head_counts,
     check_head_mask,
     check_int,
     check_model_input,
+    check_positive,
     check_probability,
     check_same_dtype,
     shape_of,
 )
 from attnbook.attention import attend
-from attnbook.heads import gate_heads, merge_heads, split_heads
-from attnbook.kv_cache import KVCache
-from attnbook.masks import causal_over_cache
+from attnbook.heads import gate_heads, merge_heads, repeat_kv, split_heads
+from attnbook.kv_cache import KVCache, RollingKVCache
+from attnbook.masks import causal_over_cache, sliding_window_mask
 from attnbook.positions import ROPE_LAYOUTS, apply_rope
+from attnbook.sinks import attention_with_sinks
 from attnbook.trace import record
 
 
@@ -40,6 +43,33 @@ def _check_rope_settings(d_model: int, n_heads: int, key_dim: int, value_dim: in
                 f"{name}: rope=True needs self-attention (keys and values from the query's "
                 f"tokens), so {name} must equal d_model = {d_model}, got {width}"
             )
+
+
+QK_NORM_EPS = 1e-6  # Qwen3's and OLMo 2's RMSNorm epsilon
+
+
+def _check_modern_options(
+    window: object,
+    output_gate: object,
+    qk_norm: object,
+    logit_softcap: object,
+    sinks: object,
+    dropout: float,
+) -> None:
+    """The options of today's models: types, ranges, and which ones do not combine."""
+    if window is not None:
+        check_int("window", window)
+    check_bool("output_gate", output_gate)
+    check_bool("qk_norm", qk_norm)
+    check_bool("sinks", sinks)
+    if logit_softcap is not None:
+        check_positive("logit_softcap", logit_softcap)
+    if sinks and logit_softcap is not None:
+        raise ValueError(
+            f"logit_softcap: not supported together with sinks=True, got {logit_softcap!r}"
+        )
+    if sinks and dropout > 0:
+        raise ValueError(f"dropout: not supported together with sinks=True, got {dropout!r}")
 
 
 class GroupedQueryAttention(nn.Module):
@@ -82,6 +112,23 @@ class GroupedQueryAttention(nn.Module):
     are cached already rotated. ``d_model / n_heads`` must then be even, key_dim and value_dim
     must be d_model, and key and value must be left out (query and key positions are only
     defined when they are the same tokens).
+
+    Options of today's open models, all off by default (see chapter 15):
+
+    * ``window``: a sliding-window layer (Mistral, Gemma's local layers): each query sees its
+      last ``window`` keys, itself included (:func:`attnbook.sliding_window_mask`). It is
+      causal, so it must be called with ``is_causal=True``; ``new_cache()`` then returns a
+      :class:`attnbook.RollingKVCache` that holds only ``window`` positions.
+    * ``output_gate``: gated attention (Qiu et al., 2025; Qwen3-Next): every head's output is
+      multiplied, feature by feature, by sigmoid(gate_proj(query)) before the heads are merged,
+      a gate computed from the layer's own input.
+    * ``qk_norm``: QK-norm (OLMo 2, Gemma 3, Qwen3): each query and key head is RMS-normalised
+      over its d_head features, with a learned scale per feature (``q_norm``, ``k_norm``),
+      before the rotary embedding.
+    * ``logit_softcap``: soft-capping (Gemma 2): scores become c * tanh(score / c), so no score
+      leaves (-c, c). PyTorch's fused kernel has no such option: the explicit path runs.
+    * ``sinks``: a learned sink logit per query head (gpt-oss), ``self.sinks`` (H,), initialised
+      to 0 (:func:`attnbook.attention_with_sinks`); not with dropout or ``logit_softcap``.
     """
 
     def __init__(
@@ -97,9 +144,15 @@ class GroupedQueryAttention(nn.Module):
         rope_layout: str = "halves",
         key_dim: int | None = None,
         value_dim: int | None = None,
+        window: int | None = None,
+        output_gate: bool = False,
+        qk_norm: bool = False,
+        logit_softcap: float | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         check_head_counts(d_model, n_heads, n_kv_heads)
+        _check_modern_options(window, output_gate, qk_norm, logit_softcap, sinks, dropout)
         key_dim = d_model if key_dim is None else key_dim
         value_dim = d_model if value_dim is None else value_dim
         check_int("key_dim", key_dim)
@@ -123,10 +176,20 @@ class GroupedQueryAttention(nn.Module):
         self.k_proj = nn.Linear(key_dim, n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(value_dim, n_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.window = window
+        self.logit_softcap = logit_softcap
+        self.gate_proj = nn.Linear(d_model, d_model, bias=bias) if output_gate else None
+        self.q_norm = nn.RMSNorm(self.head_dim, eps=QK_NORM_EPS) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=QK_NORM_EPS) if qk_norm else None
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
 
     def new_cache(self) -> KVCache:
-        """An empty :class:`attnbook.KVCache` for this layer, to pass as ``cache`` when decoding."""
-        return KVCache()
+        """An empty cache for this layer, to pass as ``cache`` when decoding.
+
+        A :class:`attnbook.KVCache`, or for a sliding-window layer a
+        :class:`attnbook.RollingKVCache` that holds only the last ``window`` positions.
+        """
+        return KVCache() if self.window is None else RollingKVCache(self.window)
 
     def _expected_layout(self, name: str) -> tuple[str, int, str]:
         """The layout, width and width's name expected of ``name``: query, key or value."""
@@ -201,6 +264,7 @@ class GroupedQueryAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         key, value = self._default_key_value(query, key, value)
         self._check_inputs(query, key, value, mask, is_causal, cache)
+        self._check_window_call(is_causal, cache)
         check_head_mask(head_mask, query.size(0), self.n_heads, query.dtype)
 
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, d_head)
@@ -210,22 +274,78 @@ class GroupedQueryAttention(nn.Module):
         record("q", q, "B H T d_head", "queries, projected and split into heads")
         record("k", k, "B H_kv S d_head", "keys, one per key/value head")
         record("v", v, "B H_kv S d_head", "values, one per key/value head")
+        if self.q_norm is not None:
+            q, k = self._normalise(q, k)  # shapes unchanged
         if self.rope:
             q, k = self._rotate(q, k, 0 if cache is None else len(cache))  # shapes unchanged
         if cache is not None:
             k, v = self._extend_cache(cache, k, v)  # (B, H_kv, S, d_head): cached and new
+        if self.window is not None:
+            mask = sliding_window_mask(q.size(2), self.window, k.size(2), device=q.device)
+            is_causal = False  # the (T, S) window mask is causal itself
+        elif cache is not None:
             mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), q.device)
 
-        dropout_p = self.dropout if self.training else 0.0
-        heads, weights = attend(
-            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
-        )  # (B, H, T, d_head), (B, H, T, S) or None
+        heads, weights = self._attend(q, k, v, mask, is_causal, need_weights)
+        if self.gate_proj is not None:
+            heads = self._gate(heads, query)  # (B, H, T, d_head)
         heads = gate_heads(heads, head_mask)  # (B, H, T, d_head)
         merged = merge_heads(heads)  # (B, T, D)
         record("merged", merged, "B T D", "heads concatenated back to model width")
         output = self.out_proj(merged)  # (B, T, D)
         record("output", output, "B T D", "output projection")
         return output, weights
+
+    def _check_window_call(self, is_causal: bool, cache: KVCache | None) -> None:
+        """A sliding-window layer is causal, and a rolling cache belongs to a window layer."""
+        if self.window is not None and not is_causal:
+            raise ValueError(
+                f"is_causal: this layer has a sliding window (window = {self.window}), which is "
+                f"a causal mask; call it with is_causal=True and no mask"
+            )
+        if isinstance(cache, RollingKVCache) and cache.window != self.window:
+            raise ValueError(
+                f"cache: a RollingKVCache of window {cache.window} holds too few positions for "
+                f"this layer (window = {self.window}); use the layer's new_cache()"
+            )
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask, is_causal: bool, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Plain (optionally soft-capped) attention, or attention with the learned sinks."""
+        if self.sinks is None:
+            dropout_p = self.dropout if self.training else 0.0
+            return attend(
+                q,
+                k,
+                v,
+                mask,
+                is_causal=is_causal,
+                dropout_p=dropout_p,
+                need_weights=need_weights,
+                logit_softcap=self.logit_softcap,
+            )  # (B, H, T, d_head), (B, H, T, S) or None
+        group_size = q.size(1) // k.size(1)
+        k = repeat_kv(k, group_size)  # (B, H, S, d_head)
+        v = repeat_kv(v, group_size)  # (B, H, S, d_head)
+        heads, weights = attention_with_sinks(
+            q, k, v, self.sinks, mask=mask, is_causal=is_causal
+        )  # (B, H, T, d_head), (B, H, T, S)
+        return heads, weights if need_weights else None
+
+    def _normalise(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """QK-norm: RMS-normalise every query and key head over its d_head features."""
+        q = self.q_norm(q)  # (B, H, T, d_head)
+        k = self.k_norm(k)  # (B, H_kv, S, d_head)
+        record("q normed", q, "B H T d_head", "queries with RMS 1 per head, times a learned scale")
+        record("k normed", k, "B H_kv S d_head", "keys with RMS 1 per head, times a learned scale")
+        return q, k
+
+    def _gate(self, heads: Tensor, query: Tensor) -> Tensor:
+        """Gated attention: heads (B, H, T, d_head) times sigmoid of a projection of the input."""
+        gate = torch.sigmoid(split_heads(self.gate_proj(query), self.n_heads))  # (B, H, T, d_head)
+        record("gate", gate, "B H T d_head", "sigmoid(gate_proj(x)): in (0, 1), per feature")
+        return heads * gate  # (B, H, T, d_head)
 
     def _rotate(self, q: Tensor, k: Tensor, past: int) -> tuple[Tensor, Tensor]:
         """Rotate queries (B, H, T, d_head) and keys (B, H_kv, T, d_head) at past + arange(T)."""
@@ -248,7 +368,8 @@ class MultiHeadAttention(GroupedQueryAttention):
     """Multi-head attention (Vaswani et al., 2017): every query head has its own key/value head.
 
     The same module as :class:`GroupedQueryAttention` with ``n_kv_heads == n_heads``; see there
-    for the forward signature and shapes.
+    for the forward signature and shapes, and for the options of today's models (``window``,
+    ``output_gate``, ``qk_norm``, ``logit_softcap``, ``sinks``), passed on unchanged.
     """
 
     def __init__(
@@ -260,6 +381,11 @@ class MultiHeadAttention(GroupedQueryAttention):
         dropout: float = 0.0,
         key_dim: int | None = None,
         value_dim: int | None = None,
+        window: int | None = None,
+        output_gate: bool = False,
+        qk_norm: bool = False,
+        logit_softcap: float | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__(
             d_model,
@@ -269,6 +395,11 @@ class MultiHeadAttention(GroupedQueryAttention):
             dropout=dropout,
             key_dim=key_dim,
             value_dim=value_dim,
+            window=window,
+            output_gate=output_gate,
+            qk_norm=qk_norm,
+            logit_softcap=logit_softcap,
+            sinks=sinks,
         )
 
     def copy_weights_from(self, torch_mha: nn.MultiheadAttention) -> "MultiHeadAttention":

@@ -1,0 +1,246 @@
+"""Head scores against float64 loops and their errors, chapter 14's experiment, and the
+attention-only TinyDecoder."""
+
+import itertools
+
+import pytest
+import torch
+
+from attnbook import (
+    TinyDecoder,
+    causal_mask,
+    circuits,
+    induction_score,
+    previous_token_score,
+    sink_score,
+)
+
+
+def causal_weights(*shape, seed=0):
+    """Random causal attention weights of shape (*lead, T, T), float64."""
+    *lead, length, _ = shape
+    scores = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return scores.masked_fill(~causal_mask(length), float("-inf")).softmax(dim=-1)
+
+
+def loop_score(weights, key_of, first_query):
+    """Per leading index: the mean over t >= first_query(index) of weights[t, key_of(t, index)]."""
+    lead, length = weights.shape[:-2], weights.shape[-1]
+    result = torch.empty(lead, dtype=torch.float64)
+    for index in itertools.product(*(range(n) for n in lead)):
+        queries = range(first_query(index), length)
+        total = sum(weights[index][t, key_of(t, index)].item() for t in queries)
+        result[index] = total / len(queries)
+    return result
+
+
+def test_previous_token_score_matches_a_loop():
+    weights = causal_weights(3, 4, 7, 7)
+    expected = loop_score(weights, lambda t, index: t - 1, lambda index: 1)
+    result = previous_token_score(weights)
+    assert result.shape == (3, 4)
+    torch.testing.assert_close(result, expected, rtol=0, atol=1e-12)
+
+
+def test_sink_score_matches_a_loop():
+    weights = causal_weights(2, 3, 6, 6, seed=1)
+    expected = loop_score(weights, lambda t, index: 0, lambda index: 1)
+    torch.testing.assert_close(sink_score(weights), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("period", [1, 2, 5, 8])
+def test_induction_score_with_one_period_matches_a_loop(period):
+    weights = causal_weights(2, 3, 9, 9, seed=2)
+    expected = loop_score(weights, lambda t, index: t - period + 1, lambda index: period)
+    torch.testing.assert_close(induction_score(weights, period), expected, rtol=0, atol=1e-12)
+
+
+def test_induction_score_with_one_period_per_sequence_matches_a_loop():
+    weights = causal_weights(3, 2, 10, 10, seed=3)  # (B, H, T, T)
+    periods = torch.tensor([[2], [5], [9]])  # (B, 1)
+    expected = loop_score(
+        weights,
+        lambda t, index: t - periods[index[0], 0].item() + 1,
+        lambda index: periods[index[0], 0].item(),
+    )
+    torch.testing.assert_close(induction_score(weights, periods), expected, rtol=0, atol=1e-12)
+
+
+def test_scores_of_ideal_heads_and_of_a_uniform_head():
+    length, period = 9, 4
+    previous = torch.zeros(length, length).diagonal_scatter(torch.ones(length - 1), -1)
+    previous[0, 0] = 1.0
+    assert previous_token_score(previous).item() == 1.0
+    assert sink_score(previous).item() == pytest.approx(1 / (length - 1))
+    uniform = causal_mask(length).double()
+    uniform = uniform / uniform.sum(-1, keepdim=True)  # query t gives each key 1 / (t + 1)
+    chance = sum(1 / (t + 1) for t in range(1, length)) / (length - 1)
+    assert previous_token_score(uniform).item() == pytest.approx(chance)
+    assert sink_score(uniform).item() == pytest.approx(chance)
+    induction_chance = sum(1 / (t + 1) for t in range(period, length)) / (length - period)
+    assert induction_score(uniform, period).item() == pytest.approx(induction_chance)
+
+
+def test_scores_keep_float32_and_accept_two_dims():
+    weights = causal_weights(5, 5).float()
+    for score in (previous_token_score(weights), sink_score(weights), induction_score(weights, 2)):
+        assert score.shape == () and score.dtype == torch.float32
+
+
+@pytest.mark.parametrize("score", [previous_token_score, sink_score])
+def test_weight_errors(score):
+    with pytest.raises(ValueError, match=r"weights: expected a tensor of shape \(\.\.\., T, T\)"):
+        score([[1.0]])
+    with pytest.raises(ValueError, match=r"at least 2 dims, got weights.shape = \(4,\)"):
+        score(torch.ones(4))
+    with pytest.raises(ValueError, match=r"square causal self-attention weights .* \(2, 4, 5\)"):
+        score(torch.ones(2, 4, 5))
+    with pytest.raises(ValueError, match=r"T >= 2 .* got weights.shape = \(3, 1, 1\)"):
+        score(torch.ones(3, 1, 1))
+    with pytest.raises(ValueError, match=r"floating-point tensor .* got dtype torch.int64"):
+        score(torch.ones(4, 4, dtype=torch.long))
+
+
+def test_induction_score_weight_errors():
+    with pytest.raises(ValueError, match=r"square causal self-attention weights"):
+        induction_score(torch.ones(4, 5), 2)
+    with pytest.raises(ValueError, match=r"T >= 2"):
+        induction_score(torch.ones(1, 1), 1)
+
+
+@pytest.mark.parametrize(
+    ("period", "message"),
+    [
+        (0, r"values in \[1, 5\], got values from 0 to 0"),
+        (6, r"values in \[1, 5\], got values from 6 to 6"),
+        (torch.tensor([[1], [7]]), r"got values from 1 to 7"),
+        (True, r"got bool"),
+        (2.0, r"got float"),
+        ("2", r"got str"),
+        (torch.tensor([2.0]), r"got dtype torch.float32"),
+        (torch.tensor([True]), r"got dtype torch.bool"),
+        (torch.tensor([2, 3]), r"broadcastable to \(2, 3\) .* got period.shape = \(2,\)"),
+    ],
+)
+def test_period_errors(period, message):
+    weights = causal_weights(2, 3, 6, 6)
+    with pytest.raises(ValueError, match=rf"period: expected .*{message}"):
+        induction_score(weights, period)
+
+
+def small_decoder(attention_only):
+    torch.manual_seed(0)
+    return TinyDecoder(
+        11, d_model=8, n_heads=2, n_layers=2, max_len=6, attention_only=attention_only
+    ).eval()
+
+
+def test_attention_only_decoder_has_no_mlp_and_adds_attention_to_the_stream():
+    plain, bare = small_decoder(False), small_decoder(True)
+    assert all(block.mlp is None and block.mlp_norm is None for block in bare.blocks)
+    mlp_parameters = sum(
+        p.numel()
+        for block in plain.blocks
+        for p in [*block.mlp.parameters(), *block.mlp_norm.parameters()]
+    )
+    assert sum(p.numel() for p in plain.parameters()) - mlp_parameters == sum(
+        p.numel() for p in bare.parameters()
+    )
+    block = bare.blocks[0]
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))  # (B, T, D)
+    attended, _ = block.attention(block.attention_norm(x), is_causal=True)  # (B, T, D)
+    torch.testing.assert_close(block(x), x + attended)
+    tokens = torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(2))
+    assert bare(tokens).shape == (2, 6, 11)
+    assert bare.attention_weights(tokens).shape == (2, 2, 2, 6, 6)
+
+
+def test_attention_only_must_be_a_bool():
+    with pytest.raises(ValueError, match=r"attention_only: expected True or False, got 1"):
+        TinyDecoder(11, d_model=8, n_heads=2, n_layers=1, max_len=6, attention_only=1)
+
+
+def test_periodic_batch_repeats_its_block_after_a_first_token():
+    periods = torch.tensor([4, 7, 32])
+    tokens = circuits.periodic_batch(periods, torch.Generator().manual_seed(0))
+    assert tokens.shape == (3, 33) and (tokens[:, 0] == circuits.BOS).all()
+    for row, period in zip(tokens, periods.tolist(), strict=True):
+        body = row[1:]
+        assert torch.equal(body[period:], body[:-period]) if period < 32 else True
+        assert body.max() < circuits.VOCAB_SIZE
+    no_bos = circuits.periodic_batch(periods, torch.Generator().manual_seed(0), bos=False)
+    assert (no_bos[:, 0] < circuits.VOCAB_SIZE).all()
+
+
+@pytest.mark.parametrize("periods", [torch.tensor([0, 4]), torch.tensor([33])])
+def test_periodic_batch_refuses_periods_outside_1_to_32(periods):
+    with pytest.raises(ValueError, match=r"periods: expected values in \[1, 32\]"):
+        circuits.periodic_batch(periods, torch.Generator())
+
+
+def test_periodic_batch_wants_one_period_per_sequence():
+    with pytest.raises(ValueError, match=r"periods: expected shape \(B,\)"):
+        circuits.periodic_batch(torch.tensor([[4]]), torch.Generator())
+
+
+def test_gated_forward_matches_the_model_and_its_weights():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = circuits.periodic_batch(torch.tensor([5, 9]), torch.Generator().manual_seed(1))
+    logits, weights = circuits.gated_forward(model, tokens)
+    torch.testing.assert_close(logits, model(tokens))
+    torch.testing.assert_close(weights, model.attention_weights(tokens))
+    gates = torch.ones(2, 4)
+    gates[0, 1] = 0.0
+    gated_logits, _ = circuits.gated_forward(model, tokens, gates)
+    torch.testing.assert_close(gated_logits, model(tokens, head_mask=gates))
+    with pytest.raises(ValueError, match=r"head_mask: expected shape \(L, H\) = \(2, 4\)"):
+        circuits.gated_forward(model, tokens, torch.ones(4))
+
+
+def test_circuit_measurements_use_the_library_scores_on_the_weights_they_name():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = circuits.periodic_batch(torch.full((3,), 16), torch.Generator().manual_seed(2))
+    found = circuits.circuit_measurements(model, tokens, 16)
+    logits, weights = circuits.gated_forward(model, tokens)
+    body = weights[..., 1:, 1:]
+    torch.testing.assert_close(found["previous"], previous_token_score(body).mean(1))
+    torch.testing.assert_close(found["induction"], induction_score(body, 16).mean(1))
+    torch.testing.assert_close(found["sink_first"], sink_score(weights[..., :17, :17]).mean(1))
+    torch.testing.assert_close(found["sink_repeated"], weights[..., 17:, 0].mean(dim=(1, 3)))
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )
+    assert found["loss_first"] == pytest.approx(losses[:, :16].mean().item())
+    assert found["loss_repeated"] == pytest.approx(losses[:, 17:].mean().item())
+
+
+def test_shipped_circuit_models_load_and_match_their_curves():
+    models, manifest = circuits.load_circuit_models()
+    assert sorted(models) == sorted(manifest["snapshots"])
+    final = models[f"random/{manifest['training']['steps']}"]
+    evaluation = circuits.periodic_batch(
+        torch.full((manifest["evaluation"]["sequences"],), 16),
+        torch.Generator().manual_seed(manifest["evaluation"]["seed"]),
+    )
+    found = circuits.circuit_measurements(final, evaluation, 16)
+    last = {name: values[-1] for name, values in manifest["curves"]["random"].items()}
+    assert found["loss_repeated"] == pytest.approx(last["loss_repeated"], abs=0.005)
+    torch.testing.assert_close(
+        found["induction"], torch.tensor(last["induction"]), atol=0.005, rtol=0
+    )
+
+
+def test_load_circuit_models_refuses_changed_weights(monkeypatch):
+    from attnbook import shipped
+
+    real = shipped.read_shipped
+
+    def tampered(name, regenerate):
+        data = real(name, regenerate)
+        return data + b"x" if name == circuits.WEIGHTS else data
+
+    monkeypatch.setattr(circuits, "read_shipped", tampered)
+    with pytest.raises(ValueError, match=r"circuit_models.pt: sha256 .* differs"):
+        circuits.load_circuit_models()
