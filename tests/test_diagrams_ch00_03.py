@@ -16,7 +16,8 @@ def texts(figure) -> list[str]:
 
 def test_seq2seq_decoders_shows_one_c_against_a_fresh_c_t_per_step():
     labels = texts(seq2seq_decoders(n_inputs=4, n_steps=3))
-    assert labels.count("$c$") == 1
+    # one summary c in each panel: every step's in the plain one, only s_0's in attention's
+    assert labels.count("$c$") == 2
     assert [f"$c_{t}$" for t in (1, 2, 3)] == [x for x in labels if x.startswith("$c_")]
     assert labels.count("$h_1$") == 2 and labels.count("$h_4$") == 2 and "$h_5$" not in labels
     assert labels.count("$s_0$") == 2 and labels.count("$y_3$") == 2

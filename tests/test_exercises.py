@@ -691,8 +691,10 @@ def weights_with_sink(scores, sinks):
     return torch.cat([scores, sink_column], dim=-1).softmax(dim=-1)[..., :-1]
 
 
-def receptive_field(n_layers, window, seq_len):
-    return min(seq_len, n_layers * (window - 1) + 1)
+def receptive_field(windows, seq_len):
+    if None in windows:
+        return seq_len
+    return min(seq_len, sum(window - 1 for window in windows) + 1)
 
 
 def test_sink_window_mask(capsys):
@@ -720,9 +722,15 @@ def test_sink_weights(capsys):
 def test_receptive_field(capsys):
     check = exercises.check_receptive_field
     expect_success(check, receptive_field, capsys)
-    expect_message(check, lambda L, w, T: min(T, L * w), "each layer reaches window - 1")
-    expect_message(check, lambda L, w, T: L * (w - 1) + 1, "no more than the 20 positions")
-    expect_message(check, lambda L, w, T: float(L), "should return an int, got float")
+    same_windows = lambda ws, T: min(T, len(ws) * (ws[0] - 1) + 1)  # noqa: E731
+    expect_message(check, same_windows, "add each layer's own W - 1")
+    whole_windows = lambda ws, T: min(T, sum(ws))  # noqa: E731
+    expect_message(check, whole_windows, "each layer reaches window - 1")
+    uncapped = lambda ws, T: sum(w - 1 for w in ws) + 1  # noqa: E731
+    expect_message(check, uncapped, "no more than the 20 positions")
+    no_global = lambda ws, T: receptive_field([w for w in ws if w is not None], T)  # noqa: E731
+    expect_message(check, no_global, "a global layer lets the last position see every earlier")
+    expect_message(check, lambda ws, T: float(T), "should return an int, got float")
 
 
 SOLUTIONS.update(

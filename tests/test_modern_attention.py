@@ -27,6 +27,7 @@ from attnbook import (
     sliding_window_mask,
     soft_cap,
     streaming_mask,
+    trace_shapes,
 )
 from attnbook.gated_models import (
     AttentionOnlyModel,
@@ -491,3 +492,12 @@ def test_multi_head_attention_passes_the_options_on():
     output, _ = layer(x, is_causal=True)
     torch.testing.assert_close(as_float64(output), reference, atol=2e-5, rtol=1e-5)
     assert MultiHeadAttention(16, 4, sinks=True).sinks.shape == (4,)
+
+
+def test_trace_names_every_key_tensor_with_the_key_axis():
+    layer = GroupedQueryAttention(16, 4, 2, rope=True, qk_norm=True, window=3, sinks=True)
+    with torch.no_grad(), trace_shapes() as trace:
+        layer(seeded_randn(1, 5, 16), is_causal=True)
+    key_rows = {row.step: row.dims for row in trace.rows if row.step.startswith(("k", "v"))}
+    assert set(key_rows) == {"k", "v", "k normed", "k rotated"}
+    assert set(key_rows.values()) == {"(B, H_kv, S, d_head)"}

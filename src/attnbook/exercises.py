@@ -938,25 +938,41 @@ def check_sink_weights(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 
 
 @_checker
-def check_receptive_field(fn: Callable[[int, int, int], int]) -> None:
-    """``fn(n_layers, window, seq_len)`` -> input positions that can reach the last output."""
-    for n_layers, window, seq_len in [(1, 4, 24), (5, 4, 24), (3, 1, 10), (10, 5, 20), (2, 3, 99)]:
-        call = f"receptive_field({n_layers}, {window}, {seq_len})"
-        result = _call(fn, call, n_layers, window, seq_len)
+def check_receptive_field(fn: Callable[[list, int], int]) -> None:
+    """``fn(windows, seq_len)`` -> input positions that can reach the last output.
+
+    ``windows`` lists each layer's window from the bottom up: an int for a sliding-window layer,
+    ``None`` for a global (full causal) layer.
+    """
+    cases = [([4], 24), ([4] * 5, 24), ([3, 5, 9], 99), ([1, 1, 1], 10), ([5] * 10, 20)]
+    cases += [([4, None, 4], 50), ([None], 7), ([2, 8, 8, 8, 8, 8, None], 300)]
+    for windows, seq_len in cases:
+        call = f"receptive_field({windows}, {seq_len})"
+        result = _call(fn, call, list(windows), seq_len)
         if isinstance(result, bool) or not isinstance(result, int):
             _fail(f"{call} should return an int, got {type(result).__name__}")
-        expected = min(seq_len, n_layers * (window - 1) + 1)
+        if None in windows:
+            if result != seq_len:
+                _fail(
+                    f"{call} returned {result}, expected {seq_len}: a global layer lets the last "
+                    f"position see every earlier one, and the residual carries each one's input"
+                )
+            continue
+        reach = sum(window - 1 for window in windows) + 1
+        expected = min(seq_len, reach)
         if result == expected:
             continue
-        if result == min(seq_len, n_layers * window):
+        if result == min(seq_len, len(windows) * (windows[0] - 1) + 1):
+            _fail(f"{call} returned {result}, expected {expected}: add each layer's own W - 1")
+        if result == min(seq_len, sum(windows)):
             _fail(
                 f"{call} returned {result}, expected {expected}: each layer reaches "
                 f"window - 1 positions further back; the position itself is counted once"
             )
-        if result == n_layers * (window - 1) + 1:
+        if result == reach:
             _fail(f"{call} returned {result}: no more than the {seq_len} positions that exist")
         _fail(f"{call} returned {result}, expected {expected}")
-    _succeed("L * (W - 1) + 1 positions, capped by the sequence's length")
+    _succeed("the sum of W - 1 over the window layers, plus 1, capped; a global layer sees all")
 
 
 __all__ += ["check_receptive_field", "check_sink_weights", "check_sink_window_mask"]

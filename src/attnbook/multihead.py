@@ -350,12 +350,12 @@ class GroupedQueryAttention(nn.Module):
         return heads * gate  # (B, H, T, d_head)
 
     def _rotate(self, q: Tensor, k: Tensor, past: int) -> tuple[Tensor, Tensor]:
-        """Rotate queries (B, H, T, d_head) and keys (B, H_kv, T, d_head) at past + arange(T)."""
+        """Rotate queries (B, H, T, d_head) and keys (B, H_kv, S = T, d_head) from position past."""
         positions = torch.arange(past, past + q.size(2), device=q.device)  # (T,)
         q = apply_rope(q, positions, self.rope_base, layout=self.rope_layout)  # (B, H, T, d_head)
         k = apply_rope(k, positions, self.rope_base, layout=self.rope_layout)  # (B, H_kv, T, dh)
         record("q rotated", q, "B H T d_head", "queries rotated at their positions")
-        record("k rotated", k, "B H_kv T d_head", "keys rotated at their positions")
+        record("k rotated", k, "B H_kv S d_head", "keys rotated at their positions")
         return q, k
 
     def _extend_cache(self, cache: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

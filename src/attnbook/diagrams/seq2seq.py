@@ -49,6 +49,14 @@ def _plain_panel(ax: Axes, x0: float, n_inputs: int, n_steps: int) -> None:
 def _attention_panel(ax: Axes, x0: float, n_inputs: int, n_steps: int) -> None:
     label(ax, (x0 + 3.4, 6.3), "attention decoder: a fresh $c_t$ per step", fontsize=11)
     _encoder_and_decoder(ax, x0, n_inputs, n_steps)
+    # s_0 = tanh(W_init c) starts this decoder too: the summary c feeds s_0 only
+    s0_middle = _state_x(x0, 0) + _BOX_W / 2
+    box(ax, s0_middle - 0.3, _CONTEXT_Y, 0.6, _BOX_H, "$c$", color=ORANGE)
+    top = _ANNOTATION_Y + _BOX_H
+    arrow(ax, (_annotation_x(x0, 0) + 0.2, top), (s0_middle - 0.1, _CONTEXT_Y), color=BLUE)
+    last = _annotation_x(x0, n_inputs - 1)
+    arrow(ax, (last + 0.2, top), (s0_middle + 0.2, _CONTEXT_Y), color=BLUE)
+    arrow(ax, (s0_middle, _CONTEXT_Y + _BOX_H), (s0_middle, _STATE_Y), color=ORANGE)
     for t in range(1, n_steps + 1):
         x = _state_x(x0, t)
         box(ax, x, _CONTEXT_Y, _BOX_W, _BOX_H, f"$c_{t}$", color=ORANGE)
@@ -58,8 +66,14 @@ def _attention_panel(ax: Axes, x0: float, n_inputs: int, n_steps: int) -> None:
         arrow(ax, (x + _BOX_W / 2, _CONTEXT_Y + _BOX_H), (x + _BOX_W / 2, _STATE_Y), color=ORANGE)
         query_start = (_state_x(x0, t - 1) + _BOX_W, _STATE_Y)
         arrow(ax, query_start, (x + 0.1, _CONTEXT_Y + _BOX_H), color=BLUE, curve=0.2)
-    label(ax, (x0 + 1.0, 3.45), "query $s_{t-1}$", fontsize=9, color=BLUE)
-    label(ax, (x0 + 6.6, 1.85), r"weights $\alpha_{tj}$", fontsize=9, background=True)
+    label(ax, (x0 + 1.75, 3.55), "query $s_{t-1}$", fontsize=9, color=BLUE, background=True)
+    # the label names the lines from the annotations to c_t, one weight per line
+    line_start = (_annotation_x(x0, n_inputs - 1) + _BOX_W / 2, _ANNOTATION_Y + _BOX_H)
+    line_end = (_state_x(x0, n_steps) + _BOX_W / 2, _CONTEXT_Y)
+    on_line = tuple(a + 0.6 * (b - a) for a, b in zip(line_start, line_end, strict=True))
+    weights_at = (line_end[0] + 0.75, _ANNOTATION_Y + 0.9)
+    arrow(ax, (weights_at[0] - 0.55, weights_at[1] + 0.1), on_line, style="-")
+    label(ax, weights_at, r"weights $\alpha_{tj}$", fontsize=9, background=True)
 
 
 def seq2seq_decoders(*, n_inputs: int = 4, n_steps: int = 3) -> Figure:
