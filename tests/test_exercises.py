@@ -867,11 +867,11 @@ def test_latent_scores(capsys):
 
 
 def attention_backward(q, k, v, out, lse, d_out, scale):
-    p = torch.exp(q @ k.T * scale - lse)  # (T, S): recomputed from the saved lse
-    dv = p.T @ d_out  # (S, d_v)
-    dp = d_out @ v.T  # (T, S)
-    ds = p * (dp - (d_out * out).sum(dim=-1, keepdim=True))  # (T, S)
-    return ds @ k * scale, ds.T @ q * scale, dv
+    a = torch.exp(q @ k.T * scale - lse)  # (T, S): the weights, recomputed from the lse
+    dv = a.T @ d_out  # (S, d_v)
+    da = d_out @ v.T  # (T, S)
+    dz = a * (da - (d_out * out).sum(dim=-1, keepdim=True))  # (T, S)
+    return dz @ k * scale, dz.T @ q * scale, dv
 
 
 SOLUTIONS["check_attention_backward"] = attention_backward
@@ -881,18 +881,18 @@ def test_attention_backward_checker(capsys):
     check = exercises.check_attention_backward
     expect_success(check, attention_backward, capsys)
 
-    def no_row_dot(q, k, v, out, lse, d_out, scale):  # forgets the softmax's -D term
-        p = torch.exp(q @ k.T * scale - lse)
-        ds = p * (d_out @ v.T)
-        return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+    def no_row_dot(q, k, v, out, lse, d_out, scale):  # forgets the softmax's -delta term
+        a = torch.exp(q @ k.T * scale - lse)
+        dz = a * (d_out @ v.T)
+        return dz @ k * scale, dz.T @ q * scale, a.T @ d_out
 
-    expect_message(check, no_row_dot, "dS = P * (dP - D)")
+    expect_message(check, no_row_dot, "dZ = A * (dA - delta)")
 
     def no_scale(q, k, v, out, lse, d_out, scale):  # forgets the scale's chain rule
         dq, dk, dv = attention_backward(q, k, v, out, lse, d_out, scale)
         return dq / scale, dk / scale, dv
 
-    expect_message(check, no_scale, "multiply dS by the scale")
+    expect_message(check, no_scale, "multiply dZ by the scale")
 
     def unnormalised(q, k, v, out, lse, d_out, scale):  # exp(scores) without the lse
         return attention_backward(q, k, v, out, torch.zeros_like(lse), d_out, scale)

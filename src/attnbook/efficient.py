@@ -6,9 +6,11 @@ Gimelshein, 2018). :func:`tiled_attention` applies the same idea to attention, i
 FlashAttention (Dao et al., 2022): it walks over blocks of keys and values and never holds the
 (T, S) matrix of scores, only one (block_q, block_k) tile of it at a time. So does its backward
 pass, which recomputes each tile from the saved per-row log-sum-exp instead of storing the
-probabilities. The loop order (query blocks outer, normalisation at the end) is
-FlashAttention-2's (Dao, 2023). Its two forward steps are
-public, because ring attention (:mod:`attnbook.ring`) reuses them across processes:
+probabilities. The loop order (query blocks outer) is FlashAttention-2's (Dao, 2023); the
+running state is a partial result, the output normalised over the keys seen so far with its
+log-sum-exp, merged tile by tile, rather than an unnormalised sum divided once at the end. Its
+two forward steps are public, because ring attention (:mod:`attnbook.ring`) reuses them across
+processes:
 :func:`attention_block` gives a partial result (output, log-sum-exp) over one block of keys,
 :func:`merge_partials` combines two partial results exactly, and
 :func:`attention_block_backward` gives one block's share of the gradients.
@@ -144,10 +146,11 @@ def attention_block_backward(
 
     query (..., bq, d), key (..., bk, d), value (..., bk, d_v), mask as in
     :func:`attention_block`; grad_output dO (..., bq, d_v) is the gradient of the *full*
-    output of these queries, row_dot (..., bq, 1) is D = rowsum(dO * O) over that full output,
-    and lse (..., bq, 1) its log-sum-exp over all keys. Then P = exp(scores - lse) are this
-    tile's entries of the full softmax, and the returned (dq, dk, dv) are the tile's terms of
-    dq = dS k * scale, dk = dS^T q * scale and dv = P^T dO, with dS = P * (dO v^T - D).
+    output of these queries, row_dot (..., bq, 1) is delta = rowsum(dO * O) over that full
+    output, and lse (..., bq, 1) its log-sum-exp over all keys. Then the weights
+    A = exp(scores - lse) are this tile's entries of the full softmax, and the returned
+    (dq, dk, dv) are the tile's terms of dq = dZ k * scale, dk = dZ^T q * scale and
+    dv = A^T dO, with dZ = A * (dO v^T - delta) the gradient of the scores Z.
     Summed over every tile they are the exact gradients. Rows with lse -inf give zeros.
     """
     scores = query @ key.transpose(-2, -1) * scale  # (..., bq, bk)
@@ -222,14 +225,14 @@ def _tiled_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv from the saved q, k, v, output and lse, one recomputed tile at a time.
 
-    D = rowsum(dO * O) once, then :func:`attention_block_backward` per tile. Gradients are in
+    delta = rowsum(dO * O) once, then :func:`attention_block_backward` per tile. Gradients are in
     the broadcast batch shape and the working dtype.
     """
     query, key, value, output, lse = saved
     T, S = query.size(-2), key.size(-2)
     work_dtype = output.dtype
     grad_output = grad_output.to(work_dtype)  # (..., T, d_v)
-    row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T, 1): D
+    row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T, 1): delta
     batch_shape = output.shape[:-2]
     grad_query = query.new_zeros((*batch_shape, *query.shape[-2:]), dtype=work_dtype)
     grad_key = key.new_zeros((*batch_shape, *key.shape[-2:]), dtype=work_dtype)

@@ -803,7 +803,8 @@ def _backward_case(seed: int) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], f
 @_checker
 def check_attention_backward(fn: Callable[..., tuple]) -> None:
     """``fn(q (T, d), k (S, d), v (S, d_v), out (T, d_v), lse (T, 1), d_out (T, d_v), scale)``
-    -> (dq, dk, dv): the gradients of softmax(q k^T * scale) v, recomputing P from ``lse``."""
+    -> (dq, dk, dv): the gradients of softmax(q k^T * scale) v, recomputing the weights A from
+    ``lse``."""
     inputs, expected, scale = _backward_case(0)
     call = "attention_backward(q (3, 4), k (5, 4), v (5, 4), out, lse, d_out, 0.5)"
     result = _call(fn, call, *(t.clone() for t in inputs), scale)
@@ -818,18 +819,21 @@ def check_attention_backward(fn: Callable[..., tuple]) -> None:
             )
     dq, dk, dv = result
     if not _close(dv, expected[2], atol=1e-6):
-        _fail(f"{call}: dv is wrong; dv = P^T d_out with P = exp(q k^T * scale - lse)")
+        _fail(f"{call}: dv is wrong; dv = A^T d_out with the weights A = exp(q k^T * scale - lse)")
     if _close(dq * 0.5, expected[0], atol=1e-6) or _close(dk * 0.5, expected[1], atol=1e-6):
         _fail(
             f"{call}: dq or dk is 1 / scale times too large: the scores are q k^T * scale, so "
-            "multiply dS by the scale"
+            "multiply dZ by the scale"
         )
     if not (_close(dq, expected[0], atol=1e-6) and _close(dk, expected[1], atol=1e-6)):
         _fail(
-            f"{call}: dq or dk is wrong; dS = P * (dP - D) with dP = d_out v^T and "
-            "D = rowsum(d_out * out), then dq = dS k * scale and dk = dS^T q * scale"
+            f"{call}: dq or dk is wrong; dZ = A * (dA - delta) with dA = d_out v^T and "
+            "delta = rowsum(d_out * out), then dq = dZ k * scale and dk = dZ^T q * scale"
         )
-    _succeed("dS = P * (dP - D) with D = rowsum(dO * O); dq = dS k s, dk = dS^T q s, dv = P^T dO")
+    _succeed(
+        "dZ = A * (dA - delta) with delta = rowsum(dO * O); dq = dZ k * scale, "
+        "dk = dZ^T q * scale, dv = A^T dO"
+    )
 
 
 __all__ = [

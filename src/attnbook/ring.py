@@ -8,10 +8,11 @@ one from each end, so that under a causal mask every rank has the same work.
 :func:`all_gather_attention` gathers every key/value shard and attends locally: simple, but
 each rank holds all S keys. :func:`ring_attention` (Liu et al., 2023) keeps the rank's query
 shard and passes key/value shards around a ring of ranks, P - 1 point-to-point hops, folding
-each block into the output with the online-softmax merge of :mod:`attnbook.efficient`; a rank
-never holds more than two key/value shards. It is differentiable across ranks: the backward pass
-sends the key/value shards around the ring again, each travelling with the partial gradients
-dk, dv that the ranks it visits add to it, and a last hop hands them to the shard's owner.
+each block into the output with the online-softmax merge of :mod:`attnbook.efficient`; besides
+its own, a rank never holds more than two key/value shards (the one it computes on and the one
+arriving). It is differentiable across ranks: the backward pass sends the key/value shards
+around the ring again, each travelling with the partial gradients dk, dv that the ranks it
+visits add to it, and a last hop hands them to the shard's owner.
 """
 
 import math
@@ -275,7 +276,7 @@ def _unfold_block(
 ) -> None:
     """Add one key/value shard's tiles to dq (per query chunk) and to the shard's dk, dv.
 
-    ``grads`` = (dq chunks, dk, dv), updated in place; ``saved`` = (query, dO, D, lse) chunks.
+    ``grads`` = (dq chunks, dk, dv), updated in place; ``saved`` = (query, dO, delta, lse) chunks.
     The same tiles as :func:`_fold_block`, skipped alike.
     """
     grad_query, grad_key, grad_value = grads
@@ -440,18 +441,19 @@ def _ring_backward(
     At step s the rank holds the key/value shard of rank (rank - s) mod P together with the
     dk, dv that the ranks before it added; it adds its own queries' share
     (:func:`_unfold_block`) and passes all four on, while dq stays and accumulates here. The
-    next shard's k, v start moving before the compute; the gradients move after it. After P
-    steps each dk, dv has visited every rank and arrived at its owner.
+    next shard's k, v start moving before the compute; the gradients move after it and are
+    waited on at once, not overlapped (they are complete only once the step has added to them).
+    After P steps each dk, dv has visited every rank and arrived at its owner.
     """
     query, key, value, output, lse = saved
     work_dtype = output.dtype
     q_ranges = plan.ranges(query.size(-2), plan.rank, "query")
     n_chunks = len(q_ranges)
     grad_output = grad_output.to(work_dtype)  # (..., T/P, d_v)
-    row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T/P, 1): D
+    row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T/P, 1): delta
     saved_chunks = tuple(
         t.chunk(n_chunks, dim=-2) for t in (query.to(work_dtype), grad_output, row_dot, lse)
-    )  # query, dO, D and lse, per query chunk
+    )  # query, dO, delta and lse, per query chunk
     batch_shape = output.shape[:-2]
     grad_query = [
         c.new_zeros((*batch_shape, *c.shape[-2:])) for c in saved_chunks[0]
