@@ -302,3 +302,54 @@ def test_roles_orders_and_spreads_refuse_what_they_cannot_rank():
     for k in (-1.0, float("nan"), float("inf"), None):
         with raises(f"n_standard_errors: expected a finite number >= 0, got {k!r}"):
             analysis.supported_orderings(losses, k)
+
+
+def uniform_over_last(keys, length):
+    """(1, 1, 1, T, T) causal weights: query i spreads evenly over keys max(0, i - keys + 1)..i."""
+    weights = torch.ones(length, length).tril().triu(diagonal=-(keys - 1))  # (T, T)
+    return (weights / weights.sum(-1, keepdim=True))[None, None, None]
+
+
+def test_two_back_is_the_weight_on_key_i_minus_2():
+    weights = one_hot_weights([0, 0, 0, 1, 2, 3])  # query i >= 2 -> key i - 2
+    tokens = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    statistics = analysis.head_statistics(weights, tokens, CHARACTERS)
+    assert statistics["two_back"].item() == 1.0  # queries 2 .. 5
+    assert statistics["previous"].item() == pytest.approx(1 / 5)  # only query 1 looks at i - 1
+
+
+def test_a_merely_local_head_does_not_stand_out_on_the_previous_character():
+    tokens = torch.tensor([[1, 2, 3, 4] * 10])  # (1, 40)
+    characters = list(" abcd")
+    local = analysis.head_statistics(uniform_over_last(4, 40), tokens, characters)
+    uniform = analysis.head_statistics(uniform_over_last(40, 40), tokens, characters)
+    chance = analysis.chance_levels(local, uniform)
+    # far above the whole-window chance, yet no more than its own weight on key i - 2
+    assert local["previous"].item() > 2 * uniform["previous"].item()
+    assert not analysis.stands_out(local["previous"], chance["previous"]).any()
+    previous = analysis.head_statistics(one_hot_weights([0, *range(39)]), tokens, characters)
+    chance = analysis.chance_levels(previous, uniform)
+    # a true previous-token head has nothing on key i - 2: it stands out however small that is
+    assert chance["previous"].item() == 0.0
+    assert analysis.stands_out(previous["previous"], chance["previous"]).all()
+    assert not analysis.stands_out(torch.zeros(1, 1), torch.zeros(1, 1)).any()
+    assert chance["separator"].item() == uniform["separator"].item()
+    share = torch.tensor([[0.2, 0.19]])
+    assert analysis.stands_out(share, torch.tensor(0.1)).tolist() == [[True, False]]
+    assert analysis.stands_out(share, torch.tensor([[0.05, 0.05]]), ratio=4).tolist() == [
+        [True, False]
+    ]
+
+
+def test_the_standing_out_rule_refuses_what_it_cannot_judge():
+    share = torch.tensor([[0.2, 0.3]])
+    with raises("ratio: expected a finite number > 1, got 1"):
+        analysis.stands_out(share, torch.tensor(0.1), ratio=1)
+    with raises("chance: expected finite chance levels >= 0"):
+        analysis.stands_out(share, torch.tensor(-0.1))
+    with raises("chance: expected a shape broadcastable to share.shape = (1, 2)"):
+        analysis.stands_out(share, torch.ones(3))
+    with raises("share: expected a tensor of shape (L, H)"):
+        analysis.stands_out([0.2], torch.tensor(0.1))
+    with raises("baseline: expected head_statistics' dict with the keys"):
+        analysis.chance_levels({key: share for key in (*analysis.ROLES, "two_back")}, {})

@@ -23,6 +23,11 @@ SEPARATORS = frozenset(" \n.,;:!?'()")
 
 # A head's role is the statistic that takes at least this share of its attention.
 ROLE_THRESHOLD = 0.5
+# A head stands out on a kind of key when its share is at least this many times chance.
+STANDOUT_RATIO = 2.0
+# Shares whose chance level depends on how far back a head looks: judged against the head's
+# own weight on key i - 2 (``two_back``), the nearest key that is neither of them.
+LOCAL_SHARES = ("previous", "current")
 ROLES = {
     "previous": "previous character",
     "current": "current character",
@@ -67,9 +72,10 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     weights (L, B, H, T, T) from ``attention_weights``, tokens (B, T), ``characters`` the
     vocabulary (id -> character). Statistics, averaged over windows and queries:
     ``distance`` (mean i - j under the weights), ``entropy`` (nats), ``previous`` (weight on
-    key i - 1), ``current`` (on key i), ``first`` (on key 0), ``separator`` (on spaces, newlines,
-    punctuation), ``induction`` (on the keys :func:`induction_targets` marks, over the queries
-    that have one). Queries 0 (and 1 for ``first``) are left out where the statistic is trivial.
+    key i - 1), ``current`` (on key i), ``two_back`` (on key i - 2), ``first`` (on key 0),
+    ``separator`` (on spaces, newlines, punctuation), ``induction`` (on the keys
+    :func:`induction_targets` marks, over the queries that have one). Queries 0 (and 1 for
+    ``first`` and ``two_back``) are left out where the statistic is trivial or has no key.
     """
     _check_statistics_inputs(weights, tokens, characters)
     tokens = tokens.long()  # an index: uint8 or bool ids would be read as a mask
@@ -86,12 +92,14 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     after_zero[:, 0] = False
     diagonal = weights.diagonal(dim1=-2, dim2=-1)  # (L, B, H, T)
     previous = F.pad(weights.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # (L, B, H, T)
+    two_back = F.pad(weights.diagonal(offset=-2, dim1=-2, dim2=-1), (2, 0))  # (L, B, H, T)
     entropy = -(weights * weights.clamp(min=1e-12).log()).sum(-1)  # (L, B, H, T)
     return {
         "distance": _mean_over_queries((weights * distance).sum(-1), all_queries),
         "entropy": _mean_over_queries(entropy, all_queries),
         "previous": _mean_over_queries(previous, after_zero),
         "current": _mean_over_queries(diagonal, after_zero),
+        "two_back": _mean_over_queries(two_back, after_first),
         "first": _mean_over_queries(weights[..., 0], after_first),
         "separator": _mean_over_queries(
             (weights * separator_keys[None, :, None, None, :]).sum(-1), after_zero
@@ -164,6 +172,52 @@ def name_roles(statistics: dict[str, Tensor], threshold: float = ROLE_THRESHOLD)
         ]
         for row, row_index in zip(best.tolist(), index.tolist(), strict=True)
     ]
+
+
+def chance_levels(statistics: dict[str, Tensor], baseline: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The chance level of every share in ``ROLES``, (L, H) each, for :func:`stands_out`.
+
+    ``statistics`` as :func:`head_statistics` returns them for the heads, ``baseline`` for a
+    head that spreads its weight evenly over the keys it may see. ``previous`` and ``current``
+    are judged against the head's own ``two_back`` share: a head that looks evenly at its last
+    few characters gives keys i, i - 1 and i - 2 alike, so locality alone does not make it
+    stand out. The other shares are judged against the baseline's, broadcast to (L, H).
+    """
+    for name, table in (("statistics", statistics), ("baseline", baseline)):
+        missing = [key for key in (*ROLES, "two_back") if key not in table]
+        if missing:
+            raise ValueError(
+                f"{name}: expected head_statistics' dict with the keys {[*ROLES, 'two_back']}, "
+                f"missing {missing}"
+            )
+    shape = statistics["previous"].shape
+    return {
+        key: statistics["two_back"] if key in LOCAL_SHARES else baseline[key].expand(shape)
+        for key in ROLES
+    }
+
+
+def stands_out(share: Tensor, chance: Tensor, ratio: float = STANDOUT_RATIO) -> Tensor:
+    """Bool (L, H): ``share >= ratio * chance``, for shares (L, H) and chance broadcast to it.
+
+    One rule for every kind of key: a share counts only as a multiple of its own chance level.
+    ``chance`` must be finite and >= 0 (at chance 0 any positive share stands out, a share of
+    0 never does), ``ratio`` a finite number > 1.
+    """
+    check_tensor("share", share, "(L, H)")
+    chance = torch.as_tensor(chance, dtype=share.dtype)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1 < ratio < math.inf:
+        raise ValueError(f"ratio: expected a finite number > 1, got {ratio!r}")
+    if not torch.isfinite(chance).all() or (chance < 0).any():
+        raise ValueError("chance: expected finite chance levels >= 0, got NaN, inf or a negative")
+    try:
+        chance = chance.broadcast_to(share.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"chance: expected a shape broadcastable to share.shape = {shape_of(share)}, got "
+            f"{shape_of(chance)}"
+        ) from None
+    return (share >= ratio * chance) & (share > 0)
 
 
 def _gates(model: nn.Module) -> Tensor:
