@@ -836,30 +836,6 @@ def check_attention_backward(fn: Callable[..., tuple]) -> None:
     )
 
 
-__all__ = [
-    "ExerciseError",
-    "check_alibi_slopes",
-    "check_attention_backward",
-    "check_attention_parameter_count",
-    "check_cache_bytes_per_token",
-    "check_concat_scores",
-    "check_head_importance",
-    "check_head_projection",
-    "check_largest_length",
-    "check_latent_scores",
-    "check_merge_partials",
-    "check_online_logsumexp",
-    "check_preallocated_kv_cache",
-    "check_prefix_lm_mask",
-    "check_previous_share",
-    "check_repeat_kv",
-    "check_rope_halves",
-    "check_supported_orderings",
-    "check_window_mask",
-    "check_without_head",  # chapter 5
-]
-
-
 # Chapter 2: the scale that gives scores of variance 1 when q and k have variance sigma^2.
 
 
@@ -888,8 +864,6 @@ def check_scale_for(fn: Callable[[int, float], float]) -> None:
         )
     _succeed("q . k has variance d sigma^4, so the scale is 1 / (sigma^2 sqrt(d))")
 
-
-__all__ += ["check_scale_for"]
 
 # Chapter 15: sliding windows and sinks.
 
@@ -978,8 +952,6 @@ def check_receptive_field(fn: Callable[[list, int], int]) -> None:
         _fail(f"{call} returned {result}, expected {expected}")
     _succeed("the sum of W - 1 over the window layers, plus 1, capped; a global layer sees all")
 
-
-__all__ += ["check_receptive_field", "check_sink_weights", "check_sink_window_mask"]
 
 # Chapter 14: finding a circuit, and the induction score by hand.
 
@@ -1093,8 +1065,6 @@ def check_induction_share(fn: Callable[[Tensor, int], float]) -> None:
     _succeed("the induction score averages weights[t, t - period + 1] over t = period .. T - 1")
 
 
-__all__ += ["check_find_circuit", "check_induction_share"]
-
 # Chapter 7: RoPE in the halves layout (feature i paired with feature i + dim/2).
 
 
@@ -1160,3 +1130,33 @@ def check_latent_scores(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> No
             "product with every latent"
         )
     _succeed("the absorbed scores equal the scores of the up-projected keys")
+
+
+__all__ = [
+    "ExerciseError",
+    "check_alibi_slopes",
+    "check_attention_backward",
+    "check_attention_parameter_count",
+    "check_cache_bytes_per_token",
+    "check_concat_scores",
+    "check_find_circuit",
+    "check_head_importance",
+    "check_head_projection",
+    "check_induction_share",
+    "check_largest_length",
+    "check_latent_scores",
+    "check_merge_partials",
+    "check_online_logsumexp",
+    "check_preallocated_kv_cache",
+    "check_prefix_lm_mask",
+    "check_previous_share",
+    "check_receptive_field",
+    "check_repeat_kv",
+    "check_rope_halves",
+    "check_scale_for",
+    "check_sink_weights",
+    "check_sink_window_mask",
+    "check_supported_orderings",
+    "check_window_mask",
+    "check_without_head",
+]
