@@ -17,6 +17,7 @@ processes:
 """
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -184,6 +185,27 @@ def _tiles(
     return tiles
 
 
+def _tile_blocks(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    causal_offset: int | None,
+    block_q: int,
+    block_k: int,
+    work_dtype: torch.dtype,
+) -> Iterator[tuple[slice, slice, Tensor, Tensor, Tensor, Tensor | None]]:
+    """For every tile of :func:`_tiles`: its rows, columns, q, k and v blocks, and its mask."""
+    for tile in _tiles(query.size(-2), key.size(-2), block_q, block_k, causal_offset):
+        q_start, q_stop, k_start, k_stop = tile
+        rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
+        q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
+        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
+        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
+        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+        yield rows, cols, q_block, k_block, v_block, tile_mask
+
+
 def _tiled_forward(
     query: Tensor,
     key: Tensor,
@@ -195,18 +217,13 @@ def _tiled_forward(
     block_k: int,
 ) -> tuple[Tensor, Tensor]:
     """The forward pass in the working dtype: output (..., T, d_v) and lse (..., T, 1)."""
-    T, S = query.size(-2), key.size(-2)
+    T = query.size(-2)
     work_dtype = torch.promote_types(query.dtype, torch.float32)
     batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     output = query.new_zeros((*batch_shape, T, value.size(-1)), dtype=work_dtype)  # (..., T, dv)
     lse = query.new_full((*batch_shape, T, 1), _NEG_INF, dtype=work_dtype)  # (..., T, 1)
-    for tile in _tiles(T, S, block_q, block_k, causal_offset):
-        q_start, q_stop, k_start, k_stop = tile
-        rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
-        q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
-        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
-        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
-        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+    blocks = _tile_blocks(query, key, value, mask, causal_offset, block_q, block_k, work_dtype)
+    for rows, _, q_block, k_block, v_block, tile_mask in blocks:
         partial = attention_block(q_block, k_block, v_block, tile_mask, scale=scale)
         output[..., rows, :], lse[..., rows, :] = merge_partials(
             output[..., rows, :], lse[..., rows, :], *partial
@@ -229,7 +246,6 @@ def _tiled_backward(
     the broadcast batch shape and the working dtype.
     """
     query, key, value, output, lse = saved
-    T, S = query.size(-2), key.size(-2)
     work_dtype = output.dtype
     grad_output = grad_output.to(work_dtype)  # (..., T, d_v)
     row_dot = (grad_output * output).sum(dim=-1, keepdim=True)  # (..., T, 1): delta
@@ -237,13 +253,8 @@ def _tiled_backward(
     grad_query = query.new_zeros((*batch_shape, *query.shape[-2:]), dtype=work_dtype)
     grad_key = key.new_zeros((*batch_shape, *key.shape[-2:]), dtype=work_dtype)
     grad_value = value.new_zeros((*batch_shape, *value.shape[-2:]), dtype=work_dtype)
-    for tile in _tiles(T, S, block_q, block_k, causal_offset):
-        q_start, q_stop, k_start, k_stop = tile
-        rows, cols = slice(q_start, q_stop), slice(k_start, k_stop)
-        q_block = query[..., rows, :].to(work_dtype)  # (..., bq, d)
-        k_block = key[..., cols, :].to(work_dtype)  # (..., bk, d)
-        v_block = value[..., cols, :].to(work_dtype)  # (..., bk, d_v)
-        tile_mask = _block_mask(mask, causal_offset, *tile, query.device)  # (..., bq, bk)
+    blocks = _tile_blocks(query, key, value, mask, causal_offset, block_q, block_k, work_dtype)
+    for rows, cols, q_block, k_block, v_block, tile_mask in blocks:
         grads = attention_block_backward(
             q_block,
             k_block,
