@@ -6,6 +6,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from matplotlib import pyplot as plt
 from torch import nn
 
 from attnbook import MultiHeadAttention
@@ -126,3 +127,11 @@ def grouped_attention_reference(module, query, key=None, value=None, *, mask=Non
     )  # (B, H, T, d_head)
     merged = attended.transpose(1, 2).reshape(query.size(0), query.size(1), -1)  # (B, T, D)
     return linear_float64(module.out_proj, merged)  # (B, T, D)
+
+
+def figure_texts(figure) -> list[str]:
+    """Every text drawn on the figure's axes, in drawing order; the figure is closed (pyplot
+    forgets it, so tests do not pile up open figures), but stays readable."""
+    found = [t.get_text() for ax in figure.axes for t in ax.texts]
+    plt.close(figure)
+    return found

@@ -4,6 +4,7 @@ import io
 
 import matplotlib
 import pytest
+from helpers import figure_texts
 from matplotlib import pyplot as plt
 
 from attnbook import diagrams
@@ -19,16 +20,12 @@ def png_bytes(figure) -> bytes:
     return buffer.getvalue()
 
 
-def texts(figure) -> list[str]:
-    return [t.get_text() for ax in figure.axes for t in ax.texts]
-
-
 def test_primitives_place_their_text_and_patches():
     ax = canvas(4, 2)
     box(ax, 0.5, 0.5, 1, 1, "q")
     arrow(ax, (1.5, 1.0), (3.0, 1.0), "W_q")
     label(ax, (3.5, 1.5), "out")
-    assert texts(ax.figure) == ["q", "W_q", "out"]
+    assert figure_texts(ax.figure) == ["q", "W_q", "out"]
     assert len(ax.patches) == 2
     assert ax.get_xlim() == (0, 4) and not ax.axison
     plt.close(ax.figure)

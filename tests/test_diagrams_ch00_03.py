@@ -1,21 +1,15 @@
 """Chapter 1's and chapter 3's diagrams: they render and carry the labels the chapters name."""
 
 import matplotlib
-from matplotlib import pyplot as plt
+from helpers import figure_texts
 
 from attnbook.diagrams import self_attention_dataflow, seq2seq_decoders
 
 matplotlib.use("Agg")
 
 
-def texts(figure) -> list[str]:
-    found = [t.get_text() for ax in figure.axes for t in ax.texts]
-    plt.close(figure)
-    return found
-
-
 def test_seq2seq_decoders_shows_one_c_against_a_fresh_c_t_per_step():
-    labels = texts(seq2seq_decoders(n_inputs=4, n_steps=3))
+    labels = figure_texts(seq2seq_decoders(n_inputs=4, n_steps=3))
     # one summary c in each panel: every step's in the plain one, only s_0's in attention's
     assert labels.count("$c$") == 2
     assert [f"$c_{t}$" for t in (1, 2, 3)] == [x for x in labels if x.startswith("$c_")]
@@ -25,12 +19,12 @@ def test_seq2seq_decoders_shows_one_c_against_a_fresh_c_t_per_step():
 
 
 def test_seq2seq_decoders_follows_its_sizes():
-    labels = texts(seq2seq_decoders(n_inputs=6, n_steps=2))
+    labels = figure_texts(seq2seq_decoders(n_inputs=6, n_steps=2))
     assert labels.count("$h_6$") == 2 and "$c_3$" not in labels and "$c_2$" in labels
 
 
 def test_self_attention_dataflow_writes_every_shape():
-    joined = "\n".join(texts(self_attention_dataflow(T=5, D=12, d_head=4)))
+    joined = "\n".join(figure_texts(self_attention_dataflow(T=5, D=12, d_head=4)))
     for shape in ["(T, D) = (5, 12)", "(T, d_head) = (5, 4)", "(S, d_head) = (5, 4)"]:
         assert shape in joined
     assert joined.count("(T, S) = (5, 5)") == 2

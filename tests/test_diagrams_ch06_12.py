@@ -1,6 +1,7 @@
 """The diagrams of chapters 7 and 11 carry the labels their captions promise."""
 
 import matplotlib
+from helpers import figure_texts
 from matplotlib import pyplot as plt
 
 from attnbook.diagrams import rope_rotation
@@ -8,13 +9,9 @@ from attnbook.diagrams import rope_rotation
 matplotlib.use("Agg")
 
 
-def texts(figure) -> list[str]:
-    return [t.get_text() for ax in figure.axes for t in ax.texts]
-
-
 def test_rope_rotation_labels_both_panels_and_the_angle():
     figure = rope_rotation()
-    shown = texts(figure)
+    shown = figure_texts(figure)
     plt.close(figure)
     for name in ("R2 q", "R1 k", "R5 q", "R4 k"):
         assert name in shown
@@ -26,7 +23,7 @@ def test_rope_rotation_labels_both_panels_and_the_angle():
 
 def test_rope_rotation_follows_its_shift():
     figure = rope_rotation(shift=10)
-    shown = texts(figure)
+    shown = figure_texts(figure)
     plt.close(figure)
     assert "R12 q" in shown and "R11 k" in shown
 
@@ -35,7 +32,7 @@ def test_mla_data_flow_shows_the_cache_and_the_projections():
     from attnbook.diagrams import mla_data_flow
 
     figure = mla_data_flow()
-    shown = texts(figure)
+    shown = figure_texts(figure)
     plt.close(figure)
     for name in ("W_DKV", "W_UK", "W_UV", "W_Q", "W_QR, R_t", "W_KR, R_t", "c_KV\n(512)"):
         assert name in shown
@@ -47,6 +44,6 @@ def test_mla_data_flow_follows_its_widths():
     from attnbook.diagrams import mla_data_flow
 
     figure = mla_data_flow(latent_dim=16, rope_dim=4, head_dim=8)
-    shown = texts(figure)
+    shown = figure_texts(figure)
     plt.close(figure)
     assert "c_KV\n(16)" in shown and any("16 + 4 = 20" in text for text in shown)

@@ -2,6 +2,7 @@
 
 import matplotlib
 import pytest
+from helpers import figure_texts
 from matplotlib import pyplot as plt
 from matplotlib.colors import to_hex
 from matplotlib.patches import FancyBboxPatch
@@ -12,10 +13,6 @@ from attnbook.diagrams.heads import HEAD_COLORS
 matplotlib.use("Agg")
 
 
-def texts(figure) -> list[str]:
-    return [t.get_text() for ax in figure.axes for t in ax.texts]
-
-
 def cells(figure) -> list:
     """The feature squares (every box drawn), in drawing order."""
     return [patch for patch in figure.axes[0].patches if isinstance(patch, FancyBboxPatch)]
@@ -23,7 +20,7 @@ def cells(figure) -> list:
 
 def test_the_panels_and_operations_are_labelled():
     figure = head_split(n_tokens=3, d_model=12, n_heads=3)
-    labels = texts(figure)
+    labels = figure_texts(figure)
     plt.close(figure)
     for expected in [
         "x: (T, D) = (3, 12)",

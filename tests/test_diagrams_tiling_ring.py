@@ -2,21 +2,15 @@
 
 import matplotlib
 import pytest
-from matplotlib import pyplot as plt
+from helpers import figure_texts
 
 from attnbook.diagrams import ring_steps, tiling_grid
 
 matplotlib.use("Agg")
 
 
-def texts(figure) -> list[str]:
-    found = [t.get_text() for ax in figure.axes for t in ax.texts]
-    plt.close(figure)
-    return found
-
-
 def test_tiling_grid_labels_blocks_the_current_tile_and_running_statistics():
-    found = texts(tiling_grid(n_query_blocks=3, n_key_blocks=5, current=(1, 1)))
+    found = figure_texts(tiling_grid(n_query_blocks=3, n_key_blocks=5, current=(1, 1)))
     assert [f"Q{i}" for i in range(3)] == [t for t in found if t.startswith("Q")]
     assert [f"K{j},V{j}" for j in range(5)] == [t for t in found if t.startswith("K")]
     assert found.count("now") == 1
@@ -25,7 +19,7 @@ def test_tiling_grid_labels_blocks_the_current_tile_and_running_statistics():
 
 
 def test_ring_steps_moves_every_shard_one_rank_per_step():
-    found = texts(ring_steps(world_size=3))
+    found = figure_texts(ring_steps(world_size=3))
     assert [t for t in found if t.startswith("step")] == ["step 0", "step 1", "step 2"]
     shards = [t for t in found if t.startswith("KV")]
     # per step, ranks 0, 1, 2 hold the shard of rank (r - step) mod 3
