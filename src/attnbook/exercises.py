@@ -23,11 +23,21 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from attnbook.circuits import (
+    circuit_measurements,
+    induction_score,
+    load_circuit_models,
+    periodic_batch,
+)
 from attnbook.decoder import TinyDecoder
 from attnbook.head_analysis import gradient_importance, supported_orderings
 from attnbook.kv_cache import KVCache
+from attnbook.latent import MultiHeadLatentAttention
 from attnbook.masks import causal_mask
+from attnbook.multihead import MultiHeadAttention
+from attnbook.positions import alibi_slopes, apply_rope
 from attnbook.seq2seq import Seq2Seq
+from attnbook.sinks import streaming_mask
 
 
 class ExerciseError(AssertionError):
@@ -507,8 +517,6 @@ def _alibi_hint(n_heads: int, values: Tensor) -> str:
 @_checker
 def check_alibi_slopes(fn: Callable[[int], Tensor]) -> None:
     """``fn(n_heads)`` -> the ALiBi slope of every head (Press et al.), any number of heads."""
-    from attnbook.positions import alibi_slopes
-
     for n_heads in (8, 4, 1, 16, 6, 12):
         call = f"alibi_slopes({n_heads})"
         result = _call(fn, call, n_heads)
@@ -749,8 +757,6 @@ def _without_head_hint(pruned: nn.Module, original: nn.Module, h: int, head_widt
 @_checker
 def check_without_head(fn: Callable[[nn.Module, int], nn.Module]) -> None:
     """``fn(attention, h)``: a copy of a MultiHeadAttention in which head h contributes nothing."""
-    from attnbook.multihead import MultiHeadAttention  # the layer above the checkers' imports
-
     width, n_heads = 12, 3
     head_width = width // n_heads
     torch.manual_seed(0)
@@ -871,8 +877,6 @@ def check_scale_for(fn: Callable[[int, float], float]) -> None:
 @_checker
 def check_sink_window_mask(fn: Callable[[int, int, int], Tensor]) -> None:
     """``fn(T, window, n_sink)``: StreamingLLM's (T, T) mask, the last keys plus the first ones."""
-    from attnbook.sinks import streaming_mask
-
     for length, window, n_sink in [(6, 2, 1), (8, 3, 2), (5, 1, 0), (4, 2, 6), (7, 7, 3)]:
         call = f"sink_window_mask({length}, {window}, {n_sink})"
         mask = _check_bool_mask(_call(fn, call, length, window, n_sink), call, (length, length))
@@ -976,8 +980,6 @@ def _permute_heads(model: TinyDecoder, layer: int, order: list[int]) -> None:
 def _circuit_heads(model: TinyDecoder) -> tuple[int, int, dict]:
     """The layer-0 head with the highest previous-token score and the layer-1 head with the
     highest induction score, on fresh periodic sequences, and the scores themselves."""
-    from attnbook.circuits import circuit_measurements, periodic_batch
-
     periods = torch.full((64,), 12)
     tokens = periodic_batch(periods, _generator(7))[:, : 2 * 12 + 1]  # (64, 25)
     found = circuit_measurements(model, tokens, 12)
@@ -990,8 +992,6 @@ def check_find_circuit(fn: Callable[[TinyDecoder], tuple]) -> None:
 
     The model is chapter 14's trained one with its heads renumbered at random, three times.
     """
-    from attnbook.circuits import load_circuit_models
-
     models, manifest = load_circuit_models()
     trained = models[f"random/{manifest['training']['steps']}"]
     for seed in range(3):
@@ -1033,8 +1033,6 @@ def check_find_circuit(fn: Callable[[TinyDecoder], tuple]) -> None:
 @_checker
 def check_induction_share(fn: Callable[[Tensor, int], float]) -> None:
     """``fn(weights (T, T), period)`` -> mean of weights[t, t - period + 1], t = period .. T - 1."""
-    from attnbook.circuits import induction_score
-
     scores = torch.randn(9, 9, generator=_generator(3))  # (T, S)
     weights = scores.masked_fill(~causal_mask(9), float("-inf")).softmax(dim=-1)  # (T, S)
     for period in (4, 1, 8, 3):
@@ -1071,8 +1069,6 @@ def check_induction_share(fn: Callable[[Tensor, int], float]) -> None:
 @_checker
 def check_rope_halves(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     """``fn(x (..., T, dim), positions (T,))`` rotates feature i with i + dim/2 by position."""
-    from attnbook.positions import apply_rope
-
     x = torch.randn(2, 3, 5, 8, generator=_generator(7))  # (B, H, T, dim)
     positions = torch.tensor([0, 1, 2, 9, 40])  # (T,)
     call = "rope_halves(x (2, 3, 5, 8), positions [0, 1, 2, 9, 40])"
@@ -1098,8 +1094,6 @@ def check_rope_halves(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 @_checker
 def check_latent_scores(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> None:
     """``fn(layer, x (B, T, D), latents (B, S, d_c))`` -> scaled scores (B, H, T, S)."""
-    from attnbook.latent import MultiHeadLatentAttention
-
     layer = MultiHeadLatentAttention(16, 4, 8).eval()  # D = 16, H = 4, d_c = 8
     x = torch.randn(2, 3, 16, generator=_generator(11))  # (B, T, D)
     context = torch.randn(2, 5, 16, generator=_generator(12))  # (B, S, D)
