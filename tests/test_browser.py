@@ -16,6 +16,7 @@ run cannot pass without checking the book in a browser. ``ATTNBOOK_HTML`` points
 build.
 """
 
+import contextlib
 import functools
 import http.server
 import math
@@ -88,15 +89,24 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def server():
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
+@contextlib.contextmanager
+def serving(directory: Path):
+    """A static HTTP server for ``directory`` on a free loopback port; yields its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving(HTML) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,13 @@ browser and offline page (every request off this machine aborted and recorded) a
 Skipped, with the reason, when Chromium or Playwright is missing, except where ``CI`` is set.
 """
 
-import functools
-import http.server
 import os
-import threading
 from pathlib import Path
 
 import pytest
 import test_browser
 import torch
-from test_browser import CHROMIUM, _expected_colour, _QuietHandler
+from test_browser import CHROMIUM, _expected_colour, serving
 
 from attnbook import explore
 from attnbook.explore import _colours
@@ -88,13 +85,8 @@ def server(tmp_path_factory):
     for name, explorer in PAGES.items():
         page = f'<!doctype html><html><head><meta charset="utf-8"></head><body>{explorer.html}'
         (site / name).write_text(page + "</body></html>\n", encoding="utf-8")
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(site) as url:
+        yield url
 
 
 def frame_matrix(frame: int, head: int) -> list[str]:
