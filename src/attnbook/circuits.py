@@ -162,16 +162,9 @@ def gated_forward(
 
     ``head_mask`` (L, H): 0 removes a head's output from the residual stream (it still has
     weights: what it *would* attend to). Layer l + 1's weights see what the gated layer l wrote.
+    The chapter's name for :meth:`attnbook.TinyDecoder.forward_with_weights`.
     """
-    model._check_head_mask(head_mask)
-    x = model._embed(tokens, 0)  # (B, T, D)
-    layer_weights = []
-    for index, block in enumerate(model.blocks):
-        gates = None if head_mask is None else head_mask[index]  # (H,)
-        x, weights = block.forward_with_weights(x, need_weights=True, head_mask=gates)
-        layer_weights.append(weights)  # (B, H, T, T)
-    logits = model.lm_head(model.final_norm(x))  # (B, T, V)
-    return logits, torch.stack(layer_weights)  # (B, T, V), (L, B, H, T, T)
+    return model.forward_with_weights(tokens, head_mask=head_mask)
 
 
 @torch.no_grad()

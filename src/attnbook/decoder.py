@@ -305,18 +305,32 @@ class TinyDecoder(nn.Module):
             got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask)
             raise ValueError(f"head_mask: expected shape (L, H) = {expected}, got {got}")
 
-    @torch.no_grad()
-    def attention_weights(self, tokens: Tensor) -> Tensor:
-        """The causal attention weights of every layer for ``tokens`` (B, T): (L, B, H, T, T)."""
+    def forward_with_weights(
+        self, tokens: Tensor, *, head_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Logits (B, T, V) and every layer's weights (L, B, H, T, T) for ``tokens`` (B, T).
+
+        The explicit path, so the weights exist; ``head_mask`` (L, H) as in :meth:`forward`. A
+        gated head still has weights (what it *would* attend to), and layer l + 1's weights see
+        what the gated layer l wrote.
+        """
+        self._check_head_mask(head_mask)
         x = self._embed(tokens, 0)  # (B, T, D)
         mask = self._attention_mask(tokens.size(1), 0, x.dtype, x.device)  # (H, T, T) or None
         layer_weights = []
-        for block in self.blocks:
+        for index, block in enumerate(self.blocks):
+            gates = None if head_mask is None else head_mask[index]  # (H,)
             x, weights = block.forward_with_weights(
-                x, need_weights=True, mask=mask
+                x, need_weights=True, head_mask=gates, mask=mask
             )  # (B, T, D), (B, H, T, T)
             layer_weights.append(weights)
-        return torch.stack(layer_weights)  # (L, B, H, T, T)
+        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        return logits, torch.stack(layer_weights)  # (B, T, V), (L, B, H, T, T)
+
+    @torch.no_grad()
+    def attention_weights(self, tokens: Tensor) -> Tensor:
+        """The causal attention weights of every layer for ``tokens`` (B, T): (L, B, H, T, T)."""
+        return self.forward_with_weights(tokens)[1]
 
 
 @torch.no_grad()
