@@ -2,7 +2,8 @@
 
 MHA, GQA, MQA and MLA character-level TinyDecoders (D = 64, 4 heads, 2 layers, context 64,
 MLP widths matched to about 112,000 parameters each), trained by
-``attnbook.capstone.train_capstone_model`` on the first 90 % of Genesis: 400 AdamW steps of 32
+``attnbook.models.capstone.train_capstone_model`` on the first 90 % of Genesis: 400 AdamW steps
+of 32
 windows at learning rate 3e-3, seed 0, the validation loss every 25 steps. Training runs on one
 CPU thread, so the same torch version on the same kind of CPU reproduces the weights and losses
 exactly (chapter 12 retrains MHA live and checks this). About 20 s per variant on a 2-core
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attnbook import CharVocabulary, load_genesis, train_validation_split
-from attnbook.capstone import (
+from attnbook.models.capstone import (
     MANIFEST,
     VALIDATION_FRACTION,
     VARIANTS,
@@ -29,7 +30,7 @@ from attnbook.capstone import (
     count_parameters,
     train_capstone_model,
 )
-from attnbook.shipped import write_shipped
+from attnbook.models.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -1,8 +1,8 @@
 """Train chapter 14's attention-only models and write data/circuit_models.pt and its manifest.
 
 Four runs of the same 2-layer, 4-head, D = 64 attention-only ``TinyDecoder``
-(``attnbook.circuits.build_circuit_model``), each 600 AdamW steps (learning rate 3e-3, no
-weight decay) of 64 sequences of 33 tokens from ``attnbook.circuits.periodic_batch``:
+(``attnbook.analysis.circuits.build_circuit_model``), each 600 AdamW steps (learning rate 3e-3, no
+weight decay) of 64 sequences of 33 tokens from ``attnbook.analysis.circuits.periodic_batch``:
 
 - ``random``: BOS, then a random block of period P in [4, 24] (drawn per sequence) repeated;
 - ``random_seed1``: the same with seed 1 (curves only: is the step of the cliff a fluke?);
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnbook.circuits import (
+from attnbook.analysis.circuits import (
     MANIFEST,
     MODEL_CONFIG,
     WEIGHTS,
@@ -36,7 +36,7 @@ from attnbook.circuits import (
     circuit_measurements,
     periodic_batch,
 )
-from attnbook.shipped import write_shipped
+from attnbook.models.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 RUNS = {  # name: (seed, shortest period, longest period, BOS first)

@@ -1,6 +1,6 @@
 """Train chapter 15's two attention-only models, without and with an output gate.
 
-Both are ``attnbook.gated_models.build_model`` (2 layers x 4 heads, D = 64, no MLP or
+Both are ``attnbook.models.gated_models.build_model`` (2 layers x 4 heads, D = 64, no MLP or
 LayerNorm, learned positions, vocabulary 64 + BOS, context 33), trained from the same seed on
 ``periodic_batch`` sequences (BOS, then a random block of period 4 to 24 repeated): AdamW at
 learning rate 1e-3, batch 64, 1,500 steps, one CPU thread. Every 100 steps the script records
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnbook.gated_models import (
+from attnbook.models.gated_models import (
     CONFIG,
     MANIFEST,
     VARIANTS,
@@ -29,7 +29,7 @@ from attnbook.gated_models import (
     periodic_batch,
     sink_metrics,
 )
-from attnbook.shipped import write_shipped
+from attnbook.models.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 TRAINING = {"steps": 1500, "batch_size": 64, "lr": 1e-3, "weight_decay": 0.0, "seed": 0}

@@ -28,8 +28,8 @@ from attnbook import (
     random_batch,
     train_validation_split,
 )
-from attnbook.reference_model import MANIFEST, WEIGHTS, build_reference_decoder
-from attnbook.shipped import write_shipped
+from attnbook.models.reference_model import MANIFEST, WEIGHTS, build_reference_decoder
+from attnbook.models.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MODEL = {"d_model": 128, "n_heads": 8, "n_layers": 4, "max_len": 128}

@@ -1,7 +1,7 @@
 """Train chapter 1's two encoder-decoders and write data/reversal_models.pt and its manifest.
 
 The plain (RNNencdec-like) and the attention (RNNsearch-like) model of
-``book/01_bahdanau.ipynb``, both from ``attnbook.seq2seq_training.train_reversal_model``:
+``book/01_bahdanau.ipynb``, both from ``attnbook.models.seq2seq_training.train_reversal_model``:
 E = 16, D = 32, the same starting weights for every shared part, the same 300 batches of 64
 words of 3 to 20 letters, Adam at 1e-2 falling linearly to 0, gradients clipped at norm 1.
 Training runs on one CPU thread, so the same torch version on the same kind of CPU reproduces
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from attnbook.seq2seq_training import (
+from attnbook.models.seq2seq_training import (
     REVERSAL_CONFIG,
     REVERSAL_MANIFEST,
     REVERSAL_VARIANTS,
     REVERSAL_WEIGHTS,
     train_reversal_model,
 )
-from attnbook.shipped import write_shipped
+from attnbook.models.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

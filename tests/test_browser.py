@@ -271,7 +271,7 @@ def test_sidebar_link_opens_the_next_chapter(server, offline_page):
 
 
 def explorer_pages() -> list[str]:
-    """The pages of the built book that carry an attention explorer (attnbook.explore)."""
+    """The pages of the built book that carry an attention explorer (attnbook.book.explore)."""
     return [p for p in PAGES if (HTML / p).exists() and 'class="attnx"' in (HTML / p).read_text()]
 
 

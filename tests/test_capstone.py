@@ -9,7 +9,6 @@ from attnbook import (
     CharVocabulary,
     TinyDecoder,
     build_capstone_model,
-    capstone,
     evaluate_loss,
     load_capstone_models,
     load_genesis,
@@ -17,7 +16,8 @@ from attnbook import (
     train_capstone_model,
     train_validation_split,
 )
-from attnbook.shipped import sha256_of, shipped_file
+from attnbook.models import capstone
+from attnbook.models.shipped import sha256_of, shipped_file
 
 
 @pytest.fixture(scope="module")

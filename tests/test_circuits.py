@@ -9,11 +9,11 @@ import torch
 from attnbook import (
     TinyDecoder,
     causal_mask,
-    circuits,
     induction_score,
     previous_token_score,
     sink_score,
 )
+from attnbook.analysis import circuits
 
 
 def causal_weights(*shape, seed=0):
@@ -233,7 +233,7 @@ def test_shipped_circuit_models_load_and_match_their_curves():
 
 
 def test_load_circuit_models_refuses_changed_weights(monkeypatch):
-    from attnbook import shipped
+    from attnbook.models import shipped
 
     real = shipped.read_shipped
 

@@ -7,8 +7,8 @@ import pytest
 from helpers import figure_texts
 from matplotlib import pyplot as plt
 
-from attnbook import diagrams
-from attnbook.diagrams._draw import arrow, box, canvas, label
+from attnbook.book import diagrams
+from attnbook.book.diagrams._draw import arrow, box, canvas, label
 
 matplotlib.use("Agg")
 

@@ -3,7 +3,7 @@
 import matplotlib
 from helpers import figure_texts
 
-from attnbook.diagrams import self_attention_dataflow, seq2seq_decoders
+from attnbook.book.diagrams import self_attention_dataflow, seq2seq_decoders
 
 matplotlib.use("Agg")
 

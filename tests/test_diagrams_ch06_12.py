@@ -4,7 +4,7 @@ import matplotlib
 from helpers import figure_texts
 from matplotlib import pyplot as plt
 
-from attnbook.diagrams import rope_rotation
+from attnbook.book.diagrams import rope_rotation
 
 matplotlib.use("Agg")
 
@@ -29,7 +29,7 @@ def test_rope_rotation_follows_its_shift():
 
 
 def test_mla_data_flow_shows_the_cache_and_the_projections():
-    from attnbook.diagrams import mla_data_flow
+    from attnbook.book.diagrams import mla_data_flow
 
     figure = mla_data_flow()
     shown = figure_texts(figure)
@@ -41,7 +41,7 @@ def test_mla_data_flow_shows_the_cache_and_the_projections():
 
 
 def test_mla_data_flow_follows_its_widths():
-    from attnbook.diagrams import mla_data_flow
+    from attnbook.book.diagrams import mla_data_flow
 
     figure = mla_data_flow(latent_dim=16, rope_dim=4, head_dim=8)
     shown = figure_texts(figure)

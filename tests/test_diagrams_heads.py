@@ -7,8 +7,8 @@ from matplotlib import pyplot as plt
 from matplotlib.colors import to_hex
 from matplotlib.patches import FancyBboxPatch
 
-from attnbook.diagrams import head_split
-from attnbook.diagrams.heads import HEAD_COLORS
+from attnbook.book.diagrams import head_split
+from attnbook.book.diagrams.heads import HEAD_COLORS
 
 matplotlib.use("Agg")
 

@@ -4,7 +4,7 @@ import matplotlib
 import pytest
 from helpers import figure_texts
 
-from attnbook.diagrams import ring_steps, tiling_grid
+from attnbook.book.diagrams import ring_steps, tiling_grid
 
 matplotlib.use("Agg")
 

@@ -1,4 +1,4 @@
-"""Online softmax, tiled attention and the tensor memory meter (attnbook.efficient)."""
+"""Online softmax, tiled attention and the tensor memory meter (attnbook.efficient.tiled)."""
 
 import pytest
 import torch

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnbook import KVCache, causal_mask, exercises, induction_score, previous_token_score
-from attnbook.exercises import ExerciseError
+from attnbook.exercises import ExerciseError, ch14
 
 
 def expect_message(checker, fn, fragment):
@@ -772,14 +772,14 @@ def test_find_circuit(capsys):
 
 
 def test_permuting_heads_keeps_the_model_s_output():
-    from attnbook.circuits import load_circuit_models, periodic_batch
+    from attnbook.analysis.circuits import load_circuit_models, periodic_batch
 
     models, _ = load_circuit_models()
     model = models["random/600"]
     tokens = periodic_batch(torch.full((4,), 7), torch.Generator().manual_seed(0))
     permuted = copy.deepcopy(model)
-    exercises._permute_heads(permuted, 0, [2, 0, 3, 1])
-    exercises._permute_heads(permuted, 1, [1, 3, 0, 2])
+    ch14._permute_heads(permuted, 0, [2, 0, 3, 1])
+    ch14._permute_heads(permuted, 1, [1, 3, 0, 2])
     torch.testing.assert_close(permuted(tokens), model(tokens), rtol=1e-5, atol=1e-5)
     weights, permuted_weights = model.attention_weights(tokens), permuted.attention_weights(tokens)
     torch.testing.assert_close(permuted_weights[0, :, 0], weights[0, :, 2])

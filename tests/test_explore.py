@@ -1,4 +1,4 @@
-"""attnbook.explore: shapes accepted and refused, embedded weights, deterministic offline HTML.
+"""attnbook.book.explore: shapes accepted and refused, embedded weights, deterministic offline HTML.
 
 The explorer's behaviour in a browser (hover, head selector, keys) is checked on the built book
 by tests/test_browser.py; here the HTML is checked as text.
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnbook import explore
-from attnbook.explore import MAX_CELLS
+from attnbook.book.explore import MAX_CELLS
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE_LIMIT = 300_000  # bytes of one explorer's HTML, for the book's uses

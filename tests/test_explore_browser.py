@@ -15,7 +15,7 @@ import torch
 from test_browser import CHROMIUM, _expected_colour, serving
 
 from attnbook import explore
-from attnbook.explore import _colours
+from attnbook.book.explore import _colours
 
 TOKENS = ["the", "cat", "sat", "on", "a", "mat"]
 FRAME_LABELS = ["step 0", "step 100", "step 200", "step 800"]

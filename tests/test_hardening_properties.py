@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnbook import alibi_bias, apply_rope, explore, rope_angles, sinusoidal_encoding
-from attnbook import head_analysis as analysis
+from attnbook.analysis import head_analysis as analysis
 
 bases = st.floats(min_value=1.0001, max_value=1e12, allow_nan=False, allow_infinity=False)
 dims = st.integers(min_value=1, max_value=8).map(lambda n: 2 * n)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from helpers import raises
 
 from attnbook import CharVocabulary, TinyDecoder, load_genesis, shipped_file, train_validation_split
-from attnbook import head_analysis as analysis
+from attnbook.analysis import head_analysis as analysis
 
 CHARACTERS = list(" abc.")
 

@@ -1,16 +1,16 @@
 """Damaged manifests of the shipped models: each error names the file and the script to re-run.
 
 A truncated manifest used to raise a bare JSONDecodeError and one missing a key a bare KeyError;
-both loaders now say which file is wrong and what regenerates it (attnbook.shipped).
+both loaders now say which file is wrong and what regenerates it (attnbook.models.shipped).
 """
 
 import json
 
 import pytest
 
-from attnbook import capstone, reference_model
-from attnbook.capstone import load_capstone_models
-from attnbook.reference_model import load_reference_model
+from attnbook.models import capstone, reference_model
+from attnbook.models.capstone import load_capstone_models
+from attnbook.models.reference_model import load_reference_model
 
 LOADERS = {  # module, loader, manifest fields to remove: top level and nested
     "reference": (

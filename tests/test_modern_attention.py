@@ -29,7 +29,7 @@ from attnbook import (
     streaming_mask,
     trace_shapes,
 )
-from attnbook.gated_models import (
+from attnbook.models.gated_models import (
     AttentionOnlyModel,
     build_model,
     evaluation_batch,
@@ -455,7 +455,7 @@ def test_attention_only_model_and_metrics():
 
 
 def test_shipped_gated_models_load_and_match_their_manifest():
-    from attnbook.gated_models import load_gated_models
+    from attnbook.models.gated_models import load_gated_models
 
     shipped = load_gated_models()
     evaluation = evaluation_batch()
@@ -469,7 +469,7 @@ def test_shipped_gated_models_load_and_match_their_manifest():
 
 
 def test_load_gated_models_refuses_changed_weights(monkeypatch):
-    from attnbook import gated_models
+    from attnbook.models import gated_models
 
     real = gated_models.read_shipped
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from attnbook.shipped import shipped_file
+from attnbook.models.shipped import shipped_file
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from attnbook import (
     load_reference_model,
     train_validation_split,
 )
-from attnbook import reference_model as reference
+from attnbook.models import reference_model as reference
 
 
 @pytest.fixture(scope="module")

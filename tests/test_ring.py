@@ -16,17 +16,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from helpers import TOLERANCES, as_float64, raises, seeded_tensors
 
-from attnbook.efficient import attention_block, merge_partials
-from attnbook.launcher import WorkerError, launch
-from attnbook.ring import (
-    all_gather_attention,
+from attnbook.efficient.launcher import WorkerError, launch
+from attnbook.efficient.ring import all_gather_attention, ring_attention, run_cases
+from attnbook.efficient.sharding import (
     chunk_ranges,
-    ring_attention,
-    run_cases,
     shard_positions,
     shard_sequence,
     unshard_sequence,
 )
+from attnbook.efficient.tiled import attention_block, merge_partials
 
 # (method, is_causal, layout, dtype, T, S): T and S divisible by 2P for every P tested (1, 2, 3)
 CASES = [

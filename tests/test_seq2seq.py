@@ -12,20 +12,20 @@ from attnbook import (
     greedy_decode,
     load_reversal_models,
     reversal_batch,
-    seq2seq_training,
     set_seed,
     shift_right,
     token_accuracy,
     trace_shapes,
     train_seq2seq,
 )
-from attnbook.seq2seq_training import (
+from attnbook.models import seq2seq_training
+from attnbook.models.seq2seq_training import (
     REVERSAL_CONFIG,
     REVERSAL_MANIFEST,
     REVERSAL_WEIGHTS,
     train_reversal_model,
 )
-from attnbook.tasks import BOS, EOS, PAD, VOCAB
+from attnbook.models.tasks import BOS, EOS, PAD, VOCAB
 
 V, E, D = len(VOCAB), 8, 12
 WORDS = ["attention", "ox", "cat"]

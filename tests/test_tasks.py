@@ -4,7 +4,7 @@ import torch
 from helpers import raises
 
 from attnbook import decode_ids, encode_words, reversal_batch
-from attnbook.tasks import EOS, PAD, VOCAB
+from attnbook.models.tasks import EOS, PAD, VOCAB
 
 
 def batch_from(seed, batch_size=8, min_len=3, max_len=9):

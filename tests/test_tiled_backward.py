@@ -1,4 +1,4 @@
-"""The memory-efficient backward pass of tiled attention (attnbook.efficient._TiledAttention).
+"""The memory-efficient backward pass of tiled attention (attnbook.efficient.tiled._TiledAttention).
 
 Gradients are compared with float64 autograd through PyTorch's SDPA (or, where SDPA has no
 defined answer, through the library's explicit attention), and checked by gradcheck.
@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from helpers import TOLERANCES, seeded_tensors
 
-import attnbook.multihead
+import attnbook.layers.multihead
 from attnbook import TensorMemoryMeter, TinyDecoder, scaled_dot_product_attention, tiled_attention
-from attnbook.efficient import _TiledAttention
+from attnbook.efficient.tiled import _TiledAttention
 
 
 def leaves(*tensors, dtype=torch.float64):
@@ -186,7 +186,7 @@ def train_losses(steps=6):
 
 def test_training_with_tiled_attention_gives_the_losses_of_sdpa(monkeypatch):
     with_sdpa = train_losses()
-    monkeypatch.setattr(attnbook.multihead, "attend", tiled_attend)
+    monkeypatch.setattr(attnbook.layers.multihead, "attend", tiled_attend)
     with_tiled = train_losses()
     assert with_sdpa[-1] < with_sdpa[0] - 0.1  # it learns
     torch.testing.assert_close(with_tiled, with_sdpa, rtol=1e-5, atol=1e-5)

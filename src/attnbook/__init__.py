@@ -1,43 +1,44 @@
 """attnbook: the small library behind the book *Attention from Scratch*.
 
+The package is layered; a module imports only from its own subpackage or from those listed
+before it:
+
+- ``core``: input checks, masks, scores, the attention function, heads, positions, KV caches,
+  shape traces, the memory meter, devices;
+- ``layers``: additive (Bahdanau), multi-head and grouped-query, latent (MLA), sinks;
+- ``efficient``: tiled attention and its backward, ring attention and its process launcher;
+- ``models``: the tiny decoder, seq2seq, tasks and text, training loops, shipped models;
+- ``analysis``: what trained heads do and the circuits they form;
+- ``book``: plotting, diagrams and the explorer; ``exercises``: one checker module per chapter;
+- ``bench``: ``python -m attnbook.bench``.
+
+Every public name is re-exported here: ``import attnbook as ab; ab.GroupedQueryAttention``.
 Shape notation used everywhere: B batch, T query length, S key length, H query heads,
 H_kv key/value heads, D model width, d_head head width. Boolean masks mean True = attend.
 """
 
-from attnbook.additive import AdditiveAttention
-from attnbook.attention import masked_softmax, scaled_dot_product_attention, soft_cap
-from attnbook.capstone import (
-    CapstoneModels,
-    build_capstone_model,
-    load_capstone_models,
-    train_capstone_model,
+from attnbook.analysis.circuits import induction_score, previous_token_score, sink_score
+from attnbook.book.explore import AttentionExplorer, explore
+from attnbook.book.plotting import (
+    plot_attention,
+    plot_heads,
+    plot_mask,
+    plot_scores,
+    use_book_style,
 )
-from attnbook.circuits import induction_score, previous_token_score, sink_score
-from attnbook.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
-from attnbook.device import get_device, set_seed
-from attnbook.efficient import online_softmax, tiled_attention
-from attnbook.explore import AttentionExplorer, explore
-from attnbook.gqa_conversion import mean_pool_kv_heads
-from attnbook.heads import gate_heads, merge_heads, repeat_kv, split_heads
-from attnbook.kv_cache import (
+from attnbook.core.attention import masked_softmax, scaled_dot_product_attention, soft_cap
+from attnbook.core.device import get_device, set_seed
+from attnbook.core.heads import gate_heads, merge_heads, repeat_kv, split_heads
+from attnbook.core.kv_cache import (
     KVCache,
     RollingKVCache,
     kv_cache_bytes,
     kv_cache_bytes_per_token,
     latent_cache_bytes_per_token,
 )
-from attnbook.latent import LatentCache, MultiHeadLatentAttention
-from attnbook.lm_training import (
-    TrainingHistory,
-    evaluate_loss,
-    next_token_loss,
-    train_language_model,
-)
-from attnbook.masks import causal_mask, padding_mask, sliding_window_mask
-from attnbook.memory import TensorMemoryMeter
-from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
-from attnbook.plotting import plot_attention, plot_heads, plot_mask, plot_scores, use_book_style
-from attnbook.positions import (
+from attnbook.core.masks import causal_mask, padding_mask, sliding_window_mask
+from attnbook.core.memory import TensorMemoryMeter
+from attnbook.core.positions import (
     alibi_bias,
     alibi_slopes,
     apply_rope,
@@ -45,9 +46,34 @@ from attnbook.positions import (
     rope_permutation,
     sinusoidal_encoding,
 )
-from attnbook.reference_model import ReferenceModel, load_reference_model
-from attnbook.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore
-from attnbook.seq2seq import (
+from attnbook.core.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore
+from attnbook.core.trace import ShapeTrace, record, trace_shapes
+from attnbook.efficient.tiled import online_softmax, tiled_attention
+from attnbook.layers.additive import AdditiveAttention
+from attnbook.layers.gqa_conversion import mean_pool_kv_heads
+from attnbook.layers.latent import LatentCache, MultiHeadLatentAttention
+from attnbook.layers.multihead import GroupedQueryAttention, MultiHeadAttention
+from attnbook.layers.sinks import (
+    add_sinks_from_lse,
+    attention_with_sinks,
+    decoder_logits_with_mask,
+    streaming_mask,
+)
+from attnbook.models.capstone import (
+    CapstoneModels,
+    build_capstone_model,
+    load_capstone_models,
+    train_capstone_model,
+)
+from attnbook.models.decoder import DecoderBlock, TinyDecoder, greedy_generate, make_attention
+from attnbook.models.lm_training import (
+    TrainingHistory,
+    evaluate_loss,
+    next_token_loss,
+    train_language_model,
+)
+from attnbook.models.reference_model import ReferenceModel, load_reference_model
+from attnbook.models.seq2seq import (
     AttentionDecoder,
     Encoder,
     EncoderOutput,
@@ -56,23 +82,16 @@ from attnbook.seq2seq import (
     greedy_decode,
     shift_right,
 )
-from attnbook.seq2seq_training import sequence_loss, token_accuracy, train_seq2seq
-from attnbook.shipped import shipped_file
-from attnbook.sinks import (
-    add_sinks_from_lse,
-    attention_with_sinks,
-    decoder_logits_with_mask,
-    streaming_mask,
-)
-from attnbook.tasks import decode_ids, encode_words, reversal_batch
-from attnbook.text import (
+from attnbook.models.seq2seq_training import sequence_loss, token_accuracy, train_seq2seq
+from attnbook.models.shipped import shipped_file
+from attnbook.models.tasks import decode_ids, encode_words, reversal_batch
+from attnbook.models.text import (
     CharVocabulary,
     load_genesis,
     random_batch,
     sequential_batches,
     train_validation_split,
 )
-from attnbook.trace import ShapeTrace, record, trace_shapes
 
 __all__ = [
     "AdditiveAttention",
@@ -165,6 +184,6 @@ __all__ = [
 ]
 
 # Chapter 1's shipped models (the ch00_03 round).
-from attnbook.seq2seq_training import load_reversal_models  # noqa: E402
+from attnbook.models.seq2seq_training import load_reversal_models  # noqa: E402
 
 __all__ += ["load_reversal_models"]

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnbook.attention import scaled_dot_product_attention
-from attnbook.device import set_seed
-from attnbook.efficient import tiled_attention
-from attnbook.memory import TensorMemoryMeter
-from attnbook.multihead import GroupedQueryAttention, MultiHeadAttention
+from attnbook.core.attention import scaled_dot_product_attention
+from attnbook.core.device import set_seed
+from attnbook.core.memory import TensorMemoryMeter
+from attnbook.efficient.tiled import tiled_attention
+from attnbook.layers.multihead import GroupedQueryAttention, MultiHeadAttention
 
 MIB = 2**20
 MODULE_RATIO_TARGET = 1.15  # attnbook module time / bare SDPA time, at T >= 1024

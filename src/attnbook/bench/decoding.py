@@ -1,7 +1,8 @@
 """Greedy decoding with a KV cache against recomputing every position, on a tiny model.
 
-:func:`decode_benchmark` times :func:`attnbook.decoder.greedy_generate` both ways for multi-head,
-grouped-query and multi-query versions of one :class:`attnbook.decoder.TinyDecoder`, on one
+:func:`decode_benchmark` times :func:`attnbook.models.decoder.greedy_generate` both ways for
+multi-head,
+grouped-query and multi-query versions of one :class:`attnbook.models.decoder.TinyDecoder`, on one
 CPU thread, and returns one :class:`DecodeResult` per version; :func:`format_results` prints
 them as a table; :func:`run` does both. The target, stated in the output and not asserted
 anywhere: with the cache, at least :data:`TARGET_SPEEDUP` times faster for 256 new tokens.
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbook.decoder import TinyDecoder, greedy_generate
-from attnbook.device import set_seed
+from attnbook.core.device import set_seed
+from attnbook.models.decoder import TinyDecoder, greedy_generate
 
 TARGET_SPEEDUP = 5.0
 N_NEW_TOKENS = 256

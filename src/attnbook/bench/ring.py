@@ -1,9 +1,9 @@
 """Ring attention on P CPU processes: per-rank peak memory and time against P.
 
-For each P, one :func:`attnbook.launcher.launch` runs :func:`rank_benchmark` on every rank: the
-rank's shards of the same (B, H, T, d_head) inputs, one warm-up call of
-:func:`attnbook.ring.ring_attention` under :class:`attnbook.TensorMemoryMeter` (its peak extra
-bytes), then ``repeats`` timed calls, each started together on every rank (a barrier); the
+For each P, one :func:`attnbook.efficient.launcher.launch` runs :func:`rank_benchmark` on every
+rank: the rank's shards of the same (B, H, T, d_head) inputs, one warm-up call of
+:func:`attnbook.efficient.ring.ring_attention` under :class:`attnbook.TensorMemoryMeter` (its peak
+extra bytes), then ``repeats`` timed calls, each started together on every rank (a barrier); the
 median is kept and the slowest rank's is reported (the ring ends when its last rank does).
 Against it: the library's explicit attention on one process over the whole sequence.
 
@@ -23,11 +23,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from attnbook.attention import scaled_dot_product_attention
-from attnbook.device import set_seed
-from attnbook.launcher import launch
-from attnbook.memory import TensorMemoryMeter
-from attnbook.ring import ring_attention, shard_sequence
+from attnbook.core.attention import scaled_dot_product_attention
+from attnbook.core.device import set_seed
+from attnbook.core.memory import TensorMemoryMeter
+from attnbook.efficient.launcher import launch
+from attnbook.efficient.ring import ring_attention
+from attnbook.efficient.sharding import shard_sequence
 
 MIB = 2**20
 FULL = {"world_sizes": (1, 2, 4), "heads": 8, "length": 2048, "head_dim": 64, "repeats": 3}

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbook.attention import scaled_dot_product_attention
-from attnbook.device import set_seed
-from attnbook.efficient import tiled_attention
-from attnbook.memory import TensorMemoryMeter
+from attnbook.core.attention import scaled_dot_product_attention
+from attnbook.core.device import set_seed
+from attnbook.core.memory import TensorMemoryMeter
+from attnbook.efficient.tiled import tiled_attention
 
 MIB = 2**20
 MEMORY_RATIO_TARGET = 1 / 8

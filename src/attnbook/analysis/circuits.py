@@ -1,0 +1,215 @@
+"""Three scores that name what a head of causal self-attention does.
+
+Each takes attention weights ``(..., T, T)`` (queries as rows, keys as columns) and returns
+one number per leading index, shape ``weights.shape[:-2]``: the mean, over the queries that
+have such a key, of the weight on
+
+- :func:`previous_token_score`: key ``t - 1`` (queries ``t = 1 .. T - 1``);
+- :func:`induction_score`: key ``t - period + 1``, the token *after* the earlier occurrence of
+  the current token in a sequence that repeats with period ``period`` (queries
+  ``t = period .. T - 1``); Olsson et al.'s prefix-matching score;
+- :func:`sink_score`: key 0, the first position (queries ``t = 1 .. T - 1``; query 0 can only
+  look at itself).
+
+Under a head that spreads its weight evenly over the keys it may see, query ``t`` gives each
+key ``1 / (t + 1)``: that is the level each score has by chance. For sequences that start with
+a BOS token, pass the weights the score means: ``weights[..., 1:, 1:]`` to score the repeated
+tokens alone.
+
+The second half of the module holds chapter 14's experiment: its data
+(:func:`periodic_batch`), its model (:func:`build_circuit_model`), a forward pass with head
+gates that keeps every layer's weights (:func:`gated_forward`), the measurements taken during
+training (:func:`circuit_measurements`), and the shipped snapshots
+(:func:`load_circuit_models`, made by ``scripts/train_circuit_models.py``).
+"""
+
+import json
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnbook.core._checks import check_floating, check_tensor, shape_of
+from attnbook.models.decoder import TinyDecoder
+from attnbook.models.shipped import check_sha256, read_shipped, read_state_dict
+
+
+def _check_weights(weights: object) -> int:
+    """``weights`` is a floating (..., T, T) tensor with T >= 2; returns T."""
+    check_tensor("weights", weights, "(..., T, T)")
+    check_floating("weights", weights)
+    length, keys = weights.shape[-2:]
+    if length != keys:
+        raise ValueError(
+            f"weights: expected square causal self-attention weights (..., T, T), got "
+            f"weights.shape = {shape_of(weights)}"
+        )
+    if length < 2:
+        raise ValueError(
+            f"weights: expected T >= 2 (query 1 is the first with an earlier key), got "
+            f"weights.shape = {shape_of(weights)}"
+        )
+    return length
+
+
+def _check_period(period: object, length: int, lead: torch.Size) -> Tensor:
+    """``period`` as an integer tensor broadcast to ``lead``, every value in 1 .. T - 1."""
+    expected = (
+        f"an int or an integer tensor broadcastable to {tuple(lead)} with values in "
+        f"[1, {length - 1}]"
+    )
+    if isinstance(period, bool) or not isinstance(period, int | Tensor):
+        raise ValueError(f"period: expected {expected}, got {type(period).__name__}")
+    if isinstance(period, Tensor) and (
+        period.dtype.is_floating_point or period.dtype.is_complex or period.dtype == torch.bool
+    ):
+        raise ValueError(f"period: expected {expected}, got dtype {period.dtype}")
+    period = torch.as_tensor(period)
+    try:
+        period = period.broadcast_to(lead)
+    except RuntimeError:
+        raise ValueError(
+            f"period: expected {expected}, got period.shape = {shape_of(period)}"
+        ) from None
+    if period.numel() and (period.min() < 1 or period.max() > length - 1):
+        raise ValueError(
+            f"period: expected {expected}, got values from {period.min().item()} to "
+            f"{period.max().item()}"
+        )
+    return period
+
+
+def previous_token_score(weights: Tensor) -> Tensor:
+    """Mean weight on key t - 1 over queries t = 1 .. T - 1: shape ``weights.shape[:-2]``."""
+    _check_weights(weights)
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=-1)  # (...,)
+
+
+def induction_score(weights: Tensor, period: int | Tensor) -> Tensor:
+    """Mean weight on key t - period + 1 over queries t = period .. T - 1.
+
+    ``period``: an int, or an integer tensor broadcastable to ``weights.shape[:-2]`` (one
+    period per sequence: shape (B, 1) for (B, H, T, T) weights). Returns shape
+    ``weights.shape[:-2]``.
+    """
+    length = _check_weights(weights)
+    lead = weights.shape[:-2]
+    period = _check_period(period, length, lead).to(weights.device)  # (...,)
+    queries = torch.arange(length, device=weights.device)  # (T,)
+    keys = queries - period[..., None] + 1  # (..., T)
+    valid = keys >= 1  # queries t >= period
+    on_key = weights.gather(-1, keys.clamp(min=0)[..., None]).squeeze(-1)  # (..., T)
+    total = (on_key * valid).sum(dim=-1)  # (...,)
+    return total / valid.sum(dim=-1)  # (...,)
+
+
+def sink_score(weights: Tensor) -> Tensor:
+    """Mean weight on key 0 over queries t = 1 .. T - 1: shape ``weights.shape[:-2]``."""
+    _check_weights(weights)
+    return weights[..., 1:, 0].mean(dim=-1)  # (...,)
+
+
+# The circuit models of chapter 14: periodic random sequences and small attention-only decoders.
+
+VOCAB_SIZE = 64  # random tokens 0 .. 63
+BOS = VOCAB_SIZE  # token 64 starts every sequence of the BOS runs
+SEQUENCE_LENGTH = 33  # BOS (or a random first token) + 32 tokens
+MODEL_CONFIG = {
+    "vocab_size": VOCAB_SIZE + 1,
+    "d_model": 64,
+    "n_heads": 4,
+    "n_layers": 2,
+    "max_len": SEQUENCE_LENGTH,
+    "attention_only": True,
+}
+WEIGHTS = "circuit_models.pt"
+MANIFEST = "circuit_models.json"
+REGENERATE = "python scripts/train_circuit_models.py"
+
+
+def periodic_batch(periods: Tensor, generator: torch.Generator, *, bos: bool = True) -> Tensor:
+    """Token ids (B, 33): a first token, then a random block of ``periods[b]`` tokens repeated.
+
+    ``periods`` (B,) holds one period per sequence, each in [1, 32]. The first token is BOS
+    (id 64) when ``bos``, otherwise one more random token. Block tokens are uniform in 0 .. 63.
+    """
+    check_tensor("periods", periods, "(B,)", rank=1)
+    if periods.numel() and (periods.min() < 1 or periods.max() > SEQUENCE_LENGTH - 1):
+        raise ValueError(
+            f"periods: expected values in [1, {SEQUENCE_LENGTH - 1}], got values from "
+            f"{periods.min().item()} to {periods.max().item()}"
+        )
+    batch, length = len(periods), SEQUENCE_LENGTH - 1
+    blocks = torch.randint(0, VOCAB_SIZE, (batch, length), generator=generator)  # (B, 32)
+    repeat = torch.arange(length)[None] % periods[:, None]  # (B, 32): index into the block
+    body = blocks.gather(1, repeat)  # (B, 32)
+    if bos:
+        first = torch.full((batch, 1), BOS)  # (B, 1)
+    else:
+        first = torch.randint(0, VOCAB_SIZE, (batch, 1), generator=generator)  # (B, 1)
+    return torch.cat([first, body], dim=1)  # (B, 33)
+
+
+def build_circuit_model() -> TinyDecoder:
+    """A fresh attention-only TinyDecoder of chapter 14's size (2 layers, 4 heads, D = 64)."""
+    return TinyDecoder(**MODEL_CONFIG)
+
+
+def gated_forward(
+    model: TinyDecoder, tokens: Tensor, head_mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Logits (B, T, V) and every layer's weights (L, B, H, T, T), heads gated by head_mask.
+
+    ``head_mask`` (L, H): 0 removes a head's output from the residual stream (it still has
+    weights: what it *would* attend to). Layer l + 1's weights see what the gated layer l wrote.
+    The chapter's name for :meth:`attnbook.TinyDecoder.forward_with_weights`.
+    """
+    return model.forward_with_weights(tokens, head_mask=head_mask)
+
+
+@torch.no_grad()
+def circuit_measurements(
+    model: TinyDecoder, tokens: Tensor, period: int, head_mask: Tensor | None = None
+) -> dict[str, Tensor]:
+    """Losses and head scores of ``model`` on sequences: a first token, then r(period) repeated.
+
+    ``tokens`` (B, T): every row a first token, then a block of ``period`` tokens repeated at
+    least twice, as :func:`periodic_batch` makes them. Returns ``loss_first``, the mean loss
+    on the first block's tokens, which nothing predicts (chance is ln 64); ``loss_repeated``,
+    on the tokens from the second block's second on, which an earlier occurrence predicts;
+    and (L, H) tensors averaged over the batch: ``previous`` and ``induction`` on the
+    repeated tokens (``weights[..., 1:, 1:]``), ``sink_first``, the weight on position 0
+    from the first block's queries (which have no earlier match), and ``sink_repeated``, from
+    the later queries.
+    """
+    logits, weights = gated_forward(model, tokens, head_mask)  # (B, T, V), (L, B, H, T, T)
+    losses = F.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # (B, T - 1): loss of predicting token t + 1 at position t
+    body = weights[..., 1:, 1:]  # (L, B, H, T - 1, T - 1): the tokens after the first
+    first_block = weights[..., : period + 1, : period + 1]  # queries 1 .. period
+    return {
+        "loss_first": losses[:, :period].mean().item(),
+        "loss_repeated": losses[:, period + 1 :].mean().item(),
+        "previous": previous_token_score(body).mean(dim=1),  # (L, H)
+        "induction": induction_score(body, period).mean(dim=1),  # (L, H)
+        "sink_first": sink_score(first_block).mean(dim=1),  # (L, H)
+        "sink_repeated": weights[..., period + 1 :, 0].mean(dim=(1, 3)),  # (L, H)
+    }
+
+
+def load_circuit_models() -> tuple[dict[str, TinyDecoder], dict]:
+    """Chapter 14's shipped snapshots as eval-mode models, and the manifest with the curves.
+
+    The keys name a run and a step, e.g. ``"random/200"``; the weights are stored in float16
+    (to keep ``data/`` small) and loaded as float32. The file's sha256 is checked first.
+    """
+    manifest = json.loads(read_shipped(MANIFEST, REGENERATE))
+    data = read_shipped(WEIGHTS, REGENERATE)
+    check_sha256(WEIGHTS, data, manifest["sha256"], REGENERATE)
+    models = {}
+    for name, state in read_state_dict(data).items():
+        model = build_circuit_model()
+        model.load_state_dict({key: value.float() for key, value in state.items()})
+        models[name] = model.eval()
+    return models, manifest

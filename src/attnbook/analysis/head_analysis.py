@@ -1,0 +1,391 @@
+"""What the heads of a trained decoder do: where they look, how much each matters, pruning.
+
+Everything here reads a model through its public interface: ``attention_weights(tokens)``
+(L, B, H, T, T) and ``forward(tokens, head_mask=...)`` with gates of shape (L, H), Michel et
+al.'s xi (1 keeps a head, 0 removes it). Weights follow the book's convention: queries as rows,
+keys as columns, causal (query i sees keys 0..i).
+
+:func:`seed_spread` and :func:`supported_orderings` compare configurations trained with several
+seeds, such as head counts: mean, sample standard deviation, and which rankings the spread
+supports.
+"""
+
+import math
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbook.core._checks import check_int, check_tensor, shape_of
+
+SEPARATORS = frozenset(" \n.,;:!?'()")
+
+# A head's role is the statistic that takes at least this share of its attention.
+ROLE_THRESHOLD = 0.5
+# A head stands out on a kind of key when its share is at least this many times chance.
+STANDOUT_RATIO = 2.0
+# Shares whose chance level depends on how far back a head looks: judged against the head's
+# own weight on key i - 2 (``two_back``), the nearest key that is neither of them.
+LOCAL_SHARES = ("previous", "current")
+ROLES = {
+    "previous": "previous character",
+    "current": "current character",
+    "first": "first position",
+    "separator": "spaces and punctuation",
+    "induction": "induction (after an earlier copy)",
+}
+
+
+def _mean_over_queries(values: Tensor, valid: Tensor) -> Tensor:
+    """Average (L, B, H, T) over B and the valid queries (B, T) -> (L, H)."""
+    weights = valid[None, :, None, :].to(values.dtype)  # (1, B, 1, T)
+    return (values * weights).sum(dim=(1, 3)) / weights.sum(dim=(1, 3)).clamp(min=1)
+
+
+def _check_token_ids(name: str, tokens: object, layout: str = "(B, T)") -> None:
+    """Token ids: a (B, T) tensor of an integer dtype."""
+    check_tensor(name, tokens, layout, rank=2)
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
+
+
+def induction_targets(tokens: Tensor) -> Tensor:
+    """(B, T, T) bool: key j is the character after an earlier occurrence of query i's character.
+
+    That is tokens[j - 1] == tokens[i] with 1 <= j < i: the key an induction head looks at to
+    predict that what followed the earlier copy comes next. Key j = i (the query's own
+    position, when the previous character equals the current one, as in "ll") is left out:
+    looking at the current character is the ``current`` statistic, not copying.
+    """
+    _check_token_ids("tokens", tokens)
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): tokens[i] == tokens[j]
+    shifted = torch.zeros_like(same)
+    shifted[:, :, 1:] = same[:, :, :-1]  # (B, T, T): tokens[i] == tokens[j - 1]
+    earlier = torch.ones_like(same[0]).tril(diagonal=-1)  # (T, T): j < i
+    return shifted & earlier  # (B, T, T)
+
+
+def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> dict[str, Tensor]:
+    """Per-head averages over a batch of windows, each (L, H).
+
+    weights (L, B, H, T, T) from ``attention_weights``, tokens (B, T), ``characters`` the
+    vocabulary (id -> character). Statistics, averaged over windows and queries:
+    ``distance`` (mean i - j under the weights), ``entropy`` (nats), ``previous`` (weight on
+    key i - 1), ``current`` (on key i), ``two_back`` (on key i - 2), ``first`` (on key 0),
+    ``separator`` (on spaces, newlines, punctuation), ``induction`` (on the keys
+    :func:`induction_targets` marks, over the queries that have one). Queries 0 (and 1 for
+    ``first`` and ``two_back``) are left out where the statistic is trivial or has no key.
+    """
+    _check_statistics_inputs(weights, tokens, characters)
+    tokens = tokens.long()  # an index: uint8 or bool ids would be read as a mask
+    length = weights.size(-1)
+    positions = torch.arange(length, device=weights.device)
+    distance = (positions[:, None] - positions[None, :]).clamp(min=0).to(weights.dtype)  # (T, T)
+    is_separator = torch.tensor([c in SEPARATORS for c in characters], device=tokens.device)
+    separator_keys = is_separator[tokens]  # (B, T)
+    induction = induction_targets(tokens)  # (B, T, T)
+    all_queries = torch.ones_like(tokens, dtype=torch.bool)  # (B, T)
+    after_first = all_queries.clone()
+    after_first[:, :2] = False
+    after_zero = all_queries.clone()
+    after_zero[:, 0] = False
+    diagonal = weights.diagonal(dim1=-2, dim2=-1)  # (L, B, H, T)
+    previous = F.pad(weights.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # (L, B, H, T)
+    two_back = F.pad(weights.diagonal(offset=-2, dim1=-2, dim2=-1), (2, 0))  # (L, B, H, T)
+    entropy = -(weights * weights.clamp(min=1e-12).log()).sum(-1)  # (L, B, H, T)
+    return {
+        "distance": _mean_over_queries((weights * distance).sum(-1), all_queries),
+        "entropy": _mean_over_queries(entropy, all_queries),
+        "previous": _mean_over_queries(previous, after_zero),
+        "current": _mean_over_queries(diagonal, after_zero),
+        "two_back": _mean_over_queries(two_back, after_first),
+        "first": _mean_over_queries(weights[..., 0], after_first),
+        "separator": _mean_over_queries(
+            (weights * separator_keys[None, :, None, None, :]).sum(-1), after_zero
+        ),
+        "induction": _mean_over_queries(
+            (weights * induction[None, :, None]).sum(-1), induction.any(-1)
+        ),
+    }
+
+
+def _check_statistics_inputs(weights: object, tokens: object, characters: object) -> None:
+    """weights (L, B, H, T, T), tokens (B, T) with the same B and T, ids < len(characters)."""
+    check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
+    if weights.size(-1) != weights.size(-2):
+        raise ValueError(
+            f"weights: expected causal self-attention weights (L, B, H, T, T) with as many keys "
+            f"as queries, got weights.shape = {shape_of(weights)}"
+        )
+    if weights.size(1) == 0 or weights.size(-1) == 0:
+        raise ValueError(
+            f"weights: expected at least one window and one position, got weights.shape = "
+            f"{shape_of(weights)}"
+        )
+    if not torch.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError(
+            "weights: expected finite, non-negative attention weights, got NaN, inf or negative "
+            "values"
+        )
+    _check_token_ids("tokens", tokens)
+    batch, length = weights.size(1), weights.size(-1)
+    if tokens.shape != (batch, length):
+        raise ValueError(
+            f"tokens: expected shape (B, T) = ({batch}, {length}) as in weights (L, B, H, T, T) "
+            f"= {shape_of(weights)}, got tokens.shape = {shape_of(tokens)}"
+        )
+    if not isinstance(characters, list | tuple | str) or not all(
+        isinstance(c, str) for c in characters
+    ):
+        raise ValueError(
+            f"characters: expected the vocabulary as a list of strings (id -> character), got "
+            f"{type(characters).__name__}"
+        )
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= len(characters)):
+        raise ValueError(
+            f"tokens: expected ids in [0, len(characters) = {len(characters)}), got values from "
+            f"{tokens.min().item()} to {tokens.max().item()}"
+        )
+
+
+def name_roles(statistics: dict[str, Tensor], threshold: float = ROLE_THRESHOLD) -> list[list[str]]:
+    """[layer][head] -> the role whose statistic reaches ``threshold``, else ``"mixed"``.
+
+    ``statistics`` as :func:`head_statistics` returns them; ``threshold`` in (0, 1].
+    """
+    missing = [key for key in ROLES if key not in statistics]
+    if missing:
+        raise ValueError(
+            f"statistics: expected head_statistics' dict with the keys {list(ROLES)}, missing "
+            f"{missing}"
+        )
+    if not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+        raise ValueError(f"threshold: expected a share in (0, 1], got {threshold!r}")
+    shares = torch.stack([statistics[key] for key in ROLES])  # (roles, L, H)
+    best, index = shares.max(dim=0)  # (L, H) each
+    names = list(ROLES.values())
+    return [
+        [
+            names[i] if share >= threshold else "mixed"
+            for share, i in zip(row, row_index, strict=True)
+        ]
+        for row, row_index in zip(best.tolist(), index.tolist(), strict=True)
+    ]
+
+
+def chance_levels(statistics: dict[str, Tensor], baseline: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The chance level of every share in ``ROLES``, (L, H) each, for :func:`stands_out`.
+
+    ``statistics`` as :func:`head_statistics` returns them for the heads, ``baseline`` for a
+    head that spreads its weight evenly over the keys it may see. ``previous`` and ``current``
+    are judged against the head's own ``two_back`` share: a head that looks evenly at its last
+    few characters gives keys i, i - 1 and i - 2 alike, so locality alone does not make it
+    stand out. The other shares are judged against the baseline's, broadcast to (L, H).
+    """
+    for name, table in (("statistics", statistics), ("baseline", baseline)):
+        missing = [key for key in (*ROLES, "two_back") if key not in table]
+        if missing:
+            raise ValueError(
+                f"{name}: expected head_statistics' dict with the keys {[*ROLES, 'two_back']}, "
+                f"missing {missing}"
+            )
+    shape = statistics["previous"].shape
+    return {
+        key: statistics["two_back"] if key in LOCAL_SHARES else baseline[key].expand(shape)
+        for key in ROLES
+    }
+
+
+def stands_out(share: Tensor, chance: Tensor, ratio: float = STANDOUT_RATIO) -> Tensor:
+    """Bool (L, H): ``share >= ratio * chance``, for shares (L, H) and chance broadcast to it.
+
+    One rule for every kind of key: a share counts only as a multiple of its own chance level.
+    ``chance`` must be finite and >= 0 (at chance 0 any positive share stands out, a share of
+    0 never does), ``ratio`` a finite number > 1.
+    """
+    check_tensor("share", share, "(L, H)")
+    chance = torch.as_tensor(chance, dtype=share.dtype)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1 < ratio < math.inf:
+        raise ValueError(f"ratio: expected a finite number > 1, got {ratio!r}")
+    if not torch.isfinite(chance).all() or (chance < 0).any():
+        raise ValueError("chance: expected finite chance levels >= 0, got NaN, inf or a negative")
+    try:
+        chance = chance.broadcast_to(share.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"chance: expected a shape broadcastable to share.shape = {shape_of(share)}, got "
+            f"{shape_of(chance)}"
+        ) from None
+    return (share >= ratio * chance) & (share > 0)
+
+
+def _gates(model: nn.Module) -> Tensor:
+    """All-ones gates (L, H) in the model's dtype and on its device: every head kept."""
+    parameter = next(model.parameters())
+    shape = (len(model.blocks), model.blocks[0].attention.n_heads)
+    return torch.ones(shape, dtype=parameter.dtype, device=parameter.device)  # (L, H)
+
+
+def _check_windows(model: nn.Module, inputs: object, targets: object) -> None:
+    """inputs (B, T) and targets (B, T): at least one window and token, one target per input
+    token, each a token id of the model's vocabulary."""
+    _check_token_ids("inputs", inputs)
+    if inputs.size(0) == 0 or inputs.size(1) == 0:
+        raise ValueError(
+            f"inputs: expected at least one window of at least one token (B, T >= 1), got "
+            f"inputs.shape = {shape_of(inputs)}"
+        )
+    _check_token_ids("targets", targets)
+    if targets.shape != inputs.shape:
+        raise ValueError(
+            f"targets: expected shape (B, T) = {shape_of(inputs)} as inputs (one target per "
+            f"input token), got targets.shape = {shape_of(targets)}"
+        )
+    low, high = targets.long().min().item(), targets.long().max().item()
+    if low < 0 or high >= model.vocab_size:
+        raise ValueError(
+            f"targets: expected ids in [0, vocab_size = {model.vocab_size}), got values from "
+            f"{low} to {high}"
+        )
+
+
+def _loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> Tensor:
+    logits = model(inputs, head_mask=gates)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten().long())
+
+
+@torch.no_grad()
+def masked_loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor) -> float:
+    """Mean next-token loss of inputs (B, T) vs targets (B, T) with head gates (L, H)."""
+    _check_windows(model, inputs, targets)
+    return _loss(model, inputs, targets, gates).item()
+
+
+@torch.no_grad()
+def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
+    _check_windows(model, inputs, targets)
+    gates = _gates(model)  # (L, H)
+    base = masked_loss(model, inputs, targets, gates)
+    increase = torch.zeros_like(gates)
+    for layer, head in torch.cartesian_prod(*(torch.arange(n) for n in gates.shape)).tolist():
+        gates[layer, head] = 0.0
+        increase[layer, head] = masked_loss(model, inputs, targets, gates) - base
+        gates[layer, head] = 1.0
+    return increase
+
+
+def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    """(L, H): Michel et al.'s I_h = E_x |d loss(x) / d xi_h| at xi = 1, x one window of inputs.
+
+    One backward pass per window (B of them): the absolute value is taken per window, before
+    the mean, as in the paper.
+    """
+    _check_windows(model, inputs, targets)
+    total = _gates(model).zero_()  # (L, H)
+    for window, target in zip(inputs, targets, strict=True):
+        gates = _gates(model).requires_grad_()
+        loss = _loss(model, window[None], target[None], gates)
+        (gradient,) = torch.autograd.grad(loss, gates)  # (L, H)
+        total += gradient.abs()
+    return total / inputs.size(0)
+
+
+@torch.no_grad()
+def pruning_curve(
+    model: nn.Module, inputs: Tensor, targets: Tensor, order: list[tuple[int, int]]
+) -> list[float]:
+    """Losses after removing the heads of ``order`` one by one: [every head, -1 head, ...].
+
+    ``order`` lists distinct (layer, head) pairs, 0 <= layer < L and 0 <= head < H (no
+    counting from the end), as :func:`order_by` gives them.
+    """
+    _check_windows(model, inputs, targets)
+    gates = _gates(model)  # (L, H)
+    _check_order(order, *gates.shape)
+    losses = [masked_loss(model, inputs, targets, gates)]
+    for layer, head in order:
+        gates[layer, head] = 0.0
+        losses.append(masked_loss(model, inputs, targets, gates))
+    return losses
+
+
+def _check_order(order: object, n_layers: int, n_heads: int) -> None:
+    """``order``: distinct (layer, head) pairs of ints inside an (L, H) table of heads."""
+    if isinstance(order, str | bytes) or not isinstance(order, list | tuple):
+        raise ValueError(
+            f"order: expected a list of (layer, head) pairs, got {type(order).__name__}"
+        )
+    seen = set()
+    for index, pair in enumerate(order):
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"order[{index}]: expected a (layer, head) pair, got {pair!r}")
+        check_int(f"order[{index}] layer", pair[0], low=0, high=n_layers - 1)
+        check_int(f"order[{index}] head", pair[1], low=0, high=n_heads - 1)
+        if tuple(pair) in seen:
+            raise ValueError(
+                f"order[{index}]: head {tuple(pair)} is already removed earlier in the order"
+            )
+        seen.add(tuple(pair))
+
+
+def order_by(scores: Tensor, *, descending: bool = False) -> list[tuple[int, int]]:
+    """(layer, head) pairs of an (L, H) score table, least important first by default."""
+    check_tensor("scores", scores, "(L, H)", rank=2)
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores: expected finite scores to order the heads by, got NaN or inf")
+    flat = scores.flatten().argsort(descending=descending, stable=True).tolist()
+    n_heads = scores.size(1)
+    return [(index // n_heads, index % n_heads) for index in flat]
+
+
+def seed_spread(losses: dict) -> dict:
+    """Per configuration: (mean, sample standard deviation, standard error) of its seeds' losses.
+
+    ``losses`` maps a configuration (a head count, say) to its per-seed values, at least two
+    each. The standard deviation divides by n - 1; the standard error is it over sqrt(n).
+    """
+    if not isinstance(losses, dict):
+        raise ValueError(
+            f"losses: expected a dict configuration -> per-seed losses, got {type(losses).__name__}"
+        )
+    for key, values in losses.items():
+        real = isinstance(values, list | tuple) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
+        if not real:
+            raise ValueError(
+                f"losses: configuration {key!r} needs a list of finite numbers, got {values!r}"
+            )
+        if len(values) < 2:
+            raise ValueError(
+                f"losses: configuration {key!r} needs at least 2 seeds for a spread, got "
+                f"{len(values)}"
+            )
+    spread = {}
+    for key, values in losses.items():
+        deviation = statistics.stdev(values)
+        spread[key] = (statistics.fmean(values), deviation, deviation / math.sqrt(len(values)))
+    return spread
+
+
+def supported_orderings(losses: dict, n_standard_errors: float = 2.0) -> set[tuple]:
+    """Pairs (a, b) where a's loss is lower than b's beyond the spread over seeds.
+
+    The rule: mean_a + k se_a < mean_b - k se_b for k = ``n_standard_errors``, that is, the
+    intervals mean +- k standard errors do not overlap. ``losses`` as for :func:`seed_spread`.
+    """
+    if (
+        not isinstance(n_standard_errors, int | float)
+        or not math.isfinite(n_standard_errors)
+        or n_standard_errors < 0
+    ):
+        raise ValueError(
+            f"n_standard_errors: expected a finite number >= 0, got {n_standard_errors!r}"
+        )
+    spread = seed_spread(losses)
+    upper = {key: mean + n_standard_errors * error for key, (mean, _, error) in spread.items()}
+    lower = {key: mean - n_standard_errors * error for key, (mean, _, error) in spread.items()}
+    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}

@@ -1,0 +1,2 @@
+"""The book's own support: plotting in the book's heatmap convention, schematic diagrams and the
+offline interactive explorer."""

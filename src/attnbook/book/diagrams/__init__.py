@@ -1,0 +1,24 @@
+"""Schematic diagrams of the book, drawn by code in the book's figure style.
+
+Each function draws one diagram and returns its :class:`~matplotlib.figure.Figure`; it takes
+only keyword arguments with defaults, so ``diagram()`` draws the chapter's figure. The shared
+primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._draw`.
+"""
+
+from attnbook.book.diagrams.dataflow import self_attention_dataflow
+from attnbook.book.diagrams.heads import head_split
+from attnbook.book.diagrams.latent import mla_data_flow
+from attnbook.book.diagrams.ring import ring_steps
+from attnbook.book.diagrams.rope import rope_rotation
+from attnbook.book.diagrams.seq2seq import seq2seq_decoders
+from attnbook.book.diagrams.tiling import tiling_grid
+
+__all__ = [
+    "head_split",  # chapter 5
+    "mla_data_flow",  # chapter 11
+    "ring_steps",  # chapter 10
+    "rope_rotation",  # chapter 7
+    "self_attention_dataflow",  # chapter 3
+    "seq2seq_decoders",  # chapter 1
+    "tiling_grid",  # chapter 9
+]

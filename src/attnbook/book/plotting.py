@@ -1,0 +1,238 @@
+"""Attention heatmaps in the book's one convention.
+
+Queries are rows and keys are columns, the origin is the top-left corner (query 0, key 0),
+tokens label the axes, and a colorbar gives the scale. Weights (:func:`plot_attention`) use
+viridis, which reads in greyscale and for colour-blind readers; raw scores (:func:`plot_scores`)
+use a diverging red-blue scale centred on zero, since they can be negative; boolean masks
+(:func:`plot_mask`) use two colours.
+
+:func:`use_book_style` gives every figure of the book one look: readable font sizes and the
+Okabe-Ito line colours, which stay distinct for colour-blind readers and contain no grey (the
+chapters draw reference lines in grey). It leaves figure sizes and resolution alone. Each
+chapter calls it once; importing attnbook leaves matplotlib's settings as they were.
+"""
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from cycler import cycler
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+
+from attnbook.core._checks import check_int
+
+CMAP = "viridis"
+SCORE_CMAP = "RdBu_r"
+CELL_INCHES = 0.45
+MASK_CMAP = ListedColormap(["#f0f0f0", "#0072B2"])
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
+BOOK_STYLE = {
+    "axes.prop_cycle": cycler(color=OKABE_ITO),
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "figure.titlesize": 13,
+    "image.cmap": CMAP,
+    "axes.grid": False,
+    "lines.linewidth": 2.0,
+}
+
+
+def use_book_style() -> None:
+    """Set the book's figure style: colour-blind-safe colours and readable fonts."""
+    plt.rcParams.update(BOOK_STYLE)
+
+
+def _as_array(weights: torch.Tensor | np.ndarray, name: str, rank: int, layout: str) -> np.ndarray:
+    array = (
+        weights.detach().float().cpu().numpy() if torch.is_tensor(weights) else np.asarray(weights)
+    )
+    if array.ndim != rank:
+        raise ValueError(f"{name}: expected shape {layout}, got shape {tuple(array.shape)}")
+    return array
+
+
+def _check_labels(name: str, labels: Sequence[str] | None, count: int, axis: str) -> None:
+    if labels is not None and len(labels) != count:
+        raise ValueError(f"{name}: expected {count} labels (one per {axis}), got {len(labels)}")
+
+
+def _label_axes(ax: Axes, query_labels, key_labels, *, show_x: bool, show_y: bool) -> None:
+    """Token labels and axis names; ``show_x``/``show_y`` False hides them on inner grid cells."""
+    if key_labels is not None:
+        ax.set_xticks(range(len(key_labels)), labels=[str(t) for t in key_labels], rotation=90)
+    if query_labels is not None:
+        ax.set_yticks(range(len(query_labels)), labels=[str(t) for t in query_labels])
+    ax.tick_params(labelbottom=show_x, labelleft=show_y)
+    if show_x:
+        ax.set_xlabel("key")
+    if show_y:
+        ax.set_ylabel("query")
+
+
+def _heatmap(
+    matrix: np.ndarray,
+    query_labels: Sequence[str] | None,
+    key_labels: Sequence[str] | None,
+    *,
+    ax: Axes | None,
+    title: str | None,
+    image_options: dict,
+    colorbar_label: str,
+) -> Axes:
+    """One (T, S) matrix in the book's convention, with the given colour scale and label."""
+    _check_labels("query_labels", query_labels, matrix.shape[0], "query row")
+    _check_labels("key_labels", key_labels, matrix.shape[1], "key column")
+    if ax is None:
+        width = max(3.0, CELL_INCHES * matrix.shape[1] + 1.5)
+        height = max(2.5, CELL_INCHES * matrix.shape[0] + 0.8)
+        _, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    image = ax.imshow(matrix, origin="upper", **image_options)
+    ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+    _label_axes(ax, query_labels, key_labels, show_x=True, show_y=True)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_attention(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw one (T, S) weight matrix: query t is row t, key s is column s. Returns the axes."""
+    matrix = _as_array(weights, "weights", 2, "(T, S)")
+    options = {"cmap": CMAP, "vmin": 0.0}
+    return _heatmap(
+        matrix,
+        query_labels,
+        key_labels,
+        ax=ax,
+        title=title,
+        image_options=options,
+        colorbar_label="attention weight",
+    )
+
+
+def plot_scores(
+    scores: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    label: str = "score",
+) -> Axes:
+    """Draw one (T, S) matrix of raw scores on a diverging scale centred on zero.
+
+    Scores are not weights: they can be negative and do not sum to one, so they get a
+    red-blue colormap symmetric about 0 and their own colorbar ``label``. Masked (-inf)
+    entries are drawn in grey. Returns the axes.
+    """
+    matrix = _as_array(scores, "scores", 2, "(T, S)")
+    finite = matrix[np.isfinite(matrix)]
+    limit = float(np.abs(finite).max()) if finite.size else 1.0
+    limit = limit if limit > 0 else 1.0
+    cmap = plt.get_cmap(SCORE_CMAP).with_extremes(bad="lightgrey")
+    masked = np.ma.masked_invalid(matrix)
+    options = {"cmap": cmap, "vmin": -limit, "vmax": limit}
+    return _heatmap(
+        masked,
+        query_labels,
+        key_labels,
+        ax=ax,
+        title=title,
+        image_options=options,
+        colorbar_label=label,
+    )
+
+
+def plot_mask(
+    mask: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw one (T, S) boolean mask (True = may attend) in two colours with a two-tick colorbar."""
+    dtype = mask.dtype if torch.is_tensor(mask) else np.asarray(mask).dtype
+    if dtype not in (torch.bool, np.bool_):
+        raise ValueError(f"mask: expected a boolean mask (True = may attend), got dtype {dtype}")
+    matrix = _as_array(mask, "mask", 2, "(T, S)")
+    options = {"cmap": MASK_CMAP, "vmin": 0, "vmax": 1}
+    ax = _heatmap(
+        matrix.astype(np.int8),
+        query_labels,
+        key_labels,
+        ax=ax,
+        title=title,
+        image_options=options,
+        colorbar_label="may attend",
+    )
+    colorbar = ax.images[-1].colorbar
+    colorbar.set_ticks([0.25, 0.75], labels=["False", "True"])
+    return ax
+
+
+def plot_heads(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    titles: Sequence[str] | None = None,
+    ncols: int = 4,
+    suptitle: str | None = None,
+) -> Figure:
+    """Draw each head of (H, T, S) weights in a grid with one shared colour scale and colorbar.
+
+    Pick a batch item first (``weights[0]`` of a (B, H, T, S) tensor). Titles default to
+    ``head 0``, ``head 1``, ...; returns the figure.
+    """
+    stack = _as_array(weights, "weights", 3, "(H, T, S); index a batch item first")
+    n_heads, n_queries, n_keys = stack.shape
+    if n_heads == 0:
+        raise ValueError(f"weights: expected at least one head, got shape {stack.shape}")
+    check_int("ncols", ncols)
+    _check_labels("query_labels", query_labels, n_queries, "query row")
+    _check_labels("key_labels", key_labels, n_keys, "key column")
+    _check_labels("titles", titles, n_heads, "head")
+    ncols = min(ncols, n_heads)
+    nrows = -(-n_heads // ncols)
+    cell_w = max(2.2, CELL_INCHES * 0.7 * n_keys + 0.8)  # heatmap plus query labels
+    cell_h = max(2.2, CELL_INCHES * 0.7 * n_queries + 1.3)  # plus title and rotated key labels
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(cell_w * ncols + 1.0, cell_h * nrows),
+        squeeze=False,
+        layout="constrained",
+    )
+    vmax = float(stack.max()) if stack.size else 1.0
+    for index, ax in enumerate(axes.flat):
+        if index >= n_heads:
+            ax.set_visible(False)
+            continue
+        image = ax.imshow(stack[index], cmap=CMAP, vmin=0.0, vmax=vmax, origin="upper")
+        row, col = divmod(index, ncols)
+        _label_axes(
+            ax,
+            query_labels,
+            key_labels,
+            show_x=row == nrows - 1 or index + ncols >= n_heads,
+            show_y=col == 0,
+        )
+        ax.set_title(titles[index] if titles is not None else f"head {index}")
+    fig.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig

@@ -1,0 +1,192 @@
+"""Chapter 12's capstone: four tiny GPTs that differ only in their attention, trained and shipped.
+
+One character-level :class:`attnbook.TinyDecoder` size (``MODEL``), four attention variants
+(``VARIANTS``: MHA, GQA, MQA, MLA, as TinyDecoder keyword arguments), each with the MLP width
+that brings its parameter count closest to the MHA model's, and one training recipe
+(``TRAINING``, for :func:`attnbook.train_language_model`). ``scripts/train_capstone_models.py``
+trains the four with :func:`train_capstone_model` and writes ``data/capstone_models.pt`` (a
+dict variant -> state dict) and its manifest ``data/capstone_models.json``;
+:func:`load_capstone_models` rebuilds the models, checks the file against the manifest and the
+manifest against these settings, and says what to re-run when either differs.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnbook.core._checks import check_choice
+from attnbook.core.device import get_device
+from attnbook.models.decoder import TinyDecoder
+from attnbook.models.lm_training import TrainingHistory, train_language_model
+from attnbook.models.shipped import (
+    check_sha256,
+    manifest_fields,
+    read_manifest,
+    read_shipped,
+    read_state_dict,
+)
+
+MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "max_len": 64}
+VARIANTS = {  # name: TinyDecoder's attention keyword arguments
+    "MHA": {"n_kv_heads": 4},
+    "GQA": {"n_kv_heads": 2},
+    "MQA": {"n_kv_heads": 1},
+    "MLA": {"kv_latent_dim": 32},
+}
+TRAINING = {  # train_language_model's keyword arguments (AdamW, constant learning rate)
+    "steps": 400,
+    "batch_size": 32,
+    "block_size": 64,
+    "lr": 3e-3,
+    "eval_every": 25,
+    "eval_blocks": 64,
+    "seed": 0,
+}
+INIT_SEED = 0  # torch's seed before each model is built
+VALIDATION_FRACTION = 0.1  # the last 10 % of Genesis, as train_validation_split takes it
+
+WEIGHTS = "capstone_models.pt"
+MANIFEST = "capstone_models.json"
+RETRAIN = "python scripts/train_capstone_models.py"
+
+
+@dataclass
+class CapstoneModels:
+    """The trained models (eval mode) and their histories, by variant, and the manifest."""
+
+    models: dict[str, TinyDecoder]
+    histories: dict[str, TrainingHistory]
+    manifest: dict
+
+
+def count_parameters(module: nn.Module) -> int:
+    """The number of numbers in ``module``'s parameters."""
+    return sum(parameter.numel() for parameter in module.parameters())
+
+
+def _decoder(variant: str, vocab_size: int, mlp_width: int) -> TinyDecoder:
+    return TinyDecoder(vocab_size, **MODEL, mlp_width=mlp_width, **VARIANTS[variant])
+
+
+def matched_mlp_widths(vocab_size: int) -> dict[str, int]:
+    """Each variant's MLP width giving it the parameter count closest to the MHA model's.
+
+    Every model starts at width 4 D; an MLP of width w has 2 D w + w + D parameters in each of
+    L layers, so the difference from MHA is made up by 1 / (L (2 D + 1)) of it in width.
+    The models it counts are built on a forked generator: the caller's random state is kept.
+    """
+    d_model, n_layers = MODEL["d_model"], MODEL["n_layers"]
+    with torch.random.fork_rng(devices=[]):
+        target = count_parameters(_decoder("MHA", vocab_size, 4 * d_model))
+        widths = {}
+        for name in VARIANTS:
+            difference = target - count_parameters(_decoder(name, vocab_size, 4 * d_model))
+            widths[name] = 4 * d_model + round(difference / (n_layers * (2 * d_model + 1)))
+    return widths
+
+
+def build_capstone_model(variant: str, vocab_size: int) -> TinyDecoder:
+    """A freshly initialised model of ``variant`` with its matched MLP width.
+
+    Initialised after ``torch.manual_seed(INIT_SEED)``, as ``set_seed(0)`` then ``TinyDecoder``
+    in chapter 12 does, but on a forked generator: the caller's random state is left as it was.
+    """
+    check_choice("variant", variant, tuple(VARIANTS))
+    mlp_width = matched_mlp_widths(vocab_size)[variant]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(INIT_SEED)
+        return _decoder(variant, vocab_size, mlp_width)
+
+
+def train_capstone_model(
+    variant: str,
+    vocab_size: int,
+    train_ids: Tensor,
+    validation_ids: Tensor,
+    *,
+    steps: int | None = None,
+) -> tuple[TinyDecoder, TrainingHistory]:
+    """Build ``variant`` and train it with ``TRAINING`` (``steps`` overrides its step count).
+
+    Training runs on one CPU thread, and the previous thread count is restored afterwards:
+    with one thread every sum is taken in the same order, so the weights and the history are
+    the same however the caller is run (a script, a notebook, any ``OMP_NUM_THREADS``), given
+    the same torch version and CPU. ``train_ids`` and ``validation_ids`` are 1-D token ids.
+    Returns the trained model (eval mode) and its validation history.
+    """
+    model = build_capstone_model(variant, vocab_size)
+    settings = dict(TRAINING, steps=TRAINING["steps"] if steps is None else steps)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        history = train_language_model(model, train_ids, validation_ids, **settings)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return model, history
+
+
+def capstone_config(vocab_size: int) -> dict:
+    """Every setting the shipped models depend on, as the manifest records it (JSON types)."""
+    widths = matched_mlp_widths(vocab_size)
+    return {
+        "model": {"vocab_size": vocab_size, **MODEL},
+        "variants": {name: {**VARIANTS[name], "mlp_width": widths[name]} for name in VARIANTS},
+        "training": TRAINING,
+        "init_seed": INIT_SEED,
+        "validation_fraction": VALIDATION_FRACTION,
+    }
+
+
+def _read_shipped(name: str) -> bytes:
+    return read_shipped(name, RETRAIN)
+
+
+def _check_config(manifest: dict) -> None:
+    recorded = manifest["config"]
+    expected = capstone_config(recorded["model"]["vocab_size"])
+    if recorded != expected:
+        differing = sorted(key for key in expected if recorded.get(key) != expected[key])
+        raise ValueError(
+            f"data/{MANIFEST}: its config differs from attnbook.models.capstone's settings in "
+            f"{differing}: the models were trained with other settings; re-run `{RETRAIN}`"
+        )
+
+
+def load_capstone_models(device: torch.device | str | None = None) -> CapstoneModels:
+    """The four trained models on ``device`` (default :func:`attnbook.get_device`), eval mode.
+
+    Raises ``FileNotFoundError`` when a shipped file is missing, and ``ValueError`` when the
+    weights' sha256 differs from the manifest's, the manifest's config from this module's
+    settings, or a state dict from its model, and when the manifest is truncated or
+    incomplete; each error names the file and the script to re-run.
+    """
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), RETRAIN)
+    weights = _read_shipped(WEIGHTS)
+    with manifest_fields(MANIFEST, RETRAIN):
+        check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
+        _check_config(manifest)
+        vocab_size = manifest["config"]["model"]["vocab_size"]
+        recorded = {name: manifest["variants"][name] for name in VARIANTS}
+        histories = {
+            name: TrainingHistory(
+                recorded[name]["steps"],
+                recorded[name]["validation_losses"],
+                recorded[name]["final_training_loss"],
+            )
+            for name in VARIANTS
+        }
+    states = read_state_dict(weights)
+    device = get_device() if device is None else torch.device(device)
+    models = {}
+    for name in VARIANTS:
+        model = build_capstone_model(name, vocab_size)
+        try:
+            model.load_state_dict(states[name])
+        except (KeyError, RuntimeError) as error:
+            raise ValueError(
+                f"data/{WEIGHTS}: the {name} weights do not fit its model: re-run `{RETRAIN}` "
+                f"({error!r})"
+            ) from error
+        models[name] = model.to(device).eval()
+    return CapstoneModels(models, histories, manifest)
