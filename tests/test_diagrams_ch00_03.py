@@ -2,8 +2,11 @@
 
 import matplotlib
 from helpers import figure_texts
+from matplotlib.colors import same_color
+from matplotlib.patches import FancyArrowPatch
 
 from attnbook.book.diagrams import self_attention_dataflow, seq2seq_decoders
+from attnbook.book.diagrams._draw import ORANGE
 
 matplotlib.use("Agg")
 
@@ -16,6 +19,15 @@ def test_seq2seq_decoders_shows_one_c_against_a_fresh_c_t_per_step():
     assert labels.count("$h_1$") == 2 and labels.count("$h_4$") == 2 and "$h_5$" not in labels
     assert labels.count("$s_0$") == 2 and labels.count("$y_3$") == 2
     assert "query $s_{t-1}$" in labels and r"weights $\alpha_{tj}$" in labels
+
+
+def test_seq2seq_decoders_feeds_c_t_to_the_state_and_the_output():
+    n_steps = 3
+    figure = seq2seq_decoders(n_inputs=4, n_steps=n_steps)
+    arrows = [p for p in figure.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    context_arrows = sum(same_color(p.get_edgecolor(), ORANGE) for p in arrows)
+    # plain: c to every s_t; attention: c to s_0, then each c_t to s_t and to y_t
+    assert context_arrows == (n_steps + 1) + 1 + 2 * n_steps
 
 
 def test_seq2seq_decoders_follows_its_sizes():

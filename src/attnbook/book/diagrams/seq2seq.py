@@ -64,6 +64,9 @@ def _attention_panel(ax: Axes, x0: float, n_inputs: int, n_steps: int) -> None:
             start = (_annotation_x(x0, j) + _BOX_W / 2, _ANNOTATION_Y + _BOX_H)
             arrow(ax, start, (x + _BOX_W / 2, _CONTEXT_Y), color=SKY, style="-")
         arrow(ax, (x + _BOX_W / 2, _CONTEXT_Y + _BOX_H), (x + _BOX_W / 2, _STATE_Y), color=ORANGE)
+        # c_t also feeds the output, y_t = softmax(W_o [s_t; c_t]): past s_t's right side
+        output_at = (x + _BOX_W / 2 + 0.15, 5.45)
+        arrow(ax, (x + _BOX_W, _CONTEXT_Y + _BOX_H / 2), output_at, color=ORANGE, curve=0.2)
         query_start = (_state_x(x0, t - 1) + _BOX_W, _STATE_Y)
         arrow(ax, query_start, (x + 0.1, _CONTEXT_Y + _BOX_H), color=BLUE, curve=0.2)
     label(ax, (x0 + 1.75, 3.55), "query $s_{t-1}$", fontsize=9, color=BLUE, background=True)
@@ -81,7 +84,8 @@ def seq2seq_decoders(*, n_inputs: int = 4, n_steps: int = 3) -> Figure:
 
     Left: the plain encoder-decoder, whose decoder states s_t all read one summary c built
     from the encoder's last states. Right: Bahdanau's decoder, where the previous state
-    s_{t-1} queries every annotation h_j and the weighted average c_t feeds step t.
+    s_{t-1} queries every annotation h_j and the weighted average c_t feeds step t's state
+    s_t and its output y_t.
     """
     ax = canvas(2 * _PANEL, 6.7, inches_per_unit=0.62)
     _plain_panel(ax, 0.0, n_inputs, n_steps)
