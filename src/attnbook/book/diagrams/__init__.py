@@ -5,6 +5,7 @@ only keyword arguments with defaults, so ``diagram()`` draws the chapter's figur
 primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._draw`.
 """
 
+from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
 from attnbook.book.diagrams.latent import mla_data_flow
@@ -14,6 +15,7 @@ from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.tiling import tiling_grid
 
 __all__ = [
+    "book_map",  # the introduction
     "head_split",  # chapter 5
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10

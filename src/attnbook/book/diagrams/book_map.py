@@ -1,0 +1,76 @@
+"""The introduction's picture: the whole book as a map, one row of chapters per part."""
+
+from matplotlib.figure import Figure
+
+from attnbook.book.diagrams._draw import BLUE, LIGHT, ORANGE, SKY, arrow, box, canvas, label
+
+# (part caption, ((chapter number, short title, minutes for a learner who runs the cells), ...)):
+# the parts and chapters of _toc.yml in order (tests/test_diagrams_book_map.py checks it). The
+# minutes for chapters 00-15 are the fresh readers' reading times (shared reviews, round 4).
+BOOK_PARTS = (
+    ("Getting started", (("00", "conventions", 15),)),
+    (
+        "Foundations",
+        (
+            ("01", "Bahdanau", 40),
+            ("02", "scoring, sqrt(d)", 35),
+            ("03", "self-attention", 40),
+            ("04", "masks", 25),
+        ),
+    ),
+    ("Many heads", (("05", "multi-head", 30), ("06", "MQA / GQA", 30))),
+    (
+        "Beyond",
+        (
+            ("07", "positions", 35),
+            ("08", "KV cache", 45),
+            ("09", "tiled attention", 70),
+            ("10", "ring attention", 60),
+            ("11", "latent (MLA)", 55),
+        ),
+    ),
+    (
+        "Capstone",
+        (("12", "tiny GPT", 45), ("13", "trained heads", 60), ("14", "circuits", 50)),
+    ),
+    ("Today's models", (("15", "today's attention", 75),)),
+)
+
+_BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.25, 1.45
+_LEFT = 3.2  # room for the part captions
+_COLOURS = (LIGHT, SKY, LIGHT, SKY, LIGHT, ORANGE, BLUE)
+
+
+def _check_parts(parts) -> None:
+    if not parts or any(not chapters for _, chapters in parts):
+        raise ValueError(f"parts: expected one or more (caption, chapters) pairs, got {parts!r}")
+    for _, chapters in parts:
+        for chapter in chapters:
+            number, title, minutes = chapter
+            if not (isinstance(minutes, int) and minutes > 0):
+                raise ValueError(f"parts: chapter {number} {title!r} has minutes {minutes!r}")
+
+
+def book_map(*, parts=BOOK_PARTS) -> Figure:
+    """Every chapter as a box (number, short title, minutes), one row per part, read downwards.
+
+    An arrow joins each part to the next: each chapter builds on the ones before it.
+    """
+    _check_parts(parts)
+    widest = max(len(chapters) for _, chapters in parts)
+    width = _LEFT + widest * (_BOX_W + _GAP)
+    height = len(parts) * _ROW + 0.3
+    ax = canvas(width, height, inches_per_unit=0.62)
+    for row, (caption, chapters) in enumerate(parts):
+        y = height - (row + 1) * _ROW
+        label(ax, (0.1, y + _BOX_H / 2), caption, fontsize=10, ha="left")
+        colour = _COLOURS[row % len(_COLOURS)]
+        text_colour = "white" if colour == BLUE else "black"
+        for column, (number, title, minutes) in enumerate(chapters):
+            x = _LEFT + column * (_BOX_W + _GAP)
+            text = f"{number} {title}\n~{minutes} min"
+            box(ax, x, y, _BOX_W, _BOX_H, text, color=colour, text_color=text_colour, fontsize=9)
+        if row + 1 < len(parts):
+            start = (_LEFT + _BOX_W / 2, y)
+            arrow(ax, start, (start[0], y - (_ROW - _BOX_H)))
+    return ax.figure

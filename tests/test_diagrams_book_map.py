@@ -1,0 +1,60 @@
+"""The introduction's map of the book: it lists _toc.yml's parts and chapters, and the committed
+picture is the script's current output."""
+
+import importlib.util
+from pathlib import Path
+
+import matplotlib
+import pytest
+import yaml
+from matplotlib import pyplot as plt
+
+from attnbook.book.diagrams import book_map
+from attnbook.book.diagrams.book_map import BOOK_PARTS
+
+matplotlib.use("Agg")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "make_book_map", ROOT / "scripts/make_book_map.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_map_lists_the_table_of_contents():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    expected = [
+        (part["caption"], [Path(c["file"]).name[:2] for c in part["chapters"]])
+        for part in toc["parts"]
+        if part["caption"] != "Back matter"
+    ]
+    drawn = [(caption, [number for number, _, _ in chapters]) for caption, chapters in BOOK_PARTS]
+    assert drawn == expected
+
+
+def test_the_committed_picture_is_current():
+    committed = (ROOT / "book/_static/book_map.png").read_bytes()
+    assert committed == _script().render(), "run: python scripts/make_book_map.py"
+
+
+def test_the_map_draws_every_chapter():
+    figure = book_map(
+        parts=(("A", (("00", "first", 5), ("01", "second", 7))), ("B", (("02", "third", 9),)))
+    )
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert "00 first\n~5 min" in texts and "02 third\n~9 min" in texts and "B" in texts
+    plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    "parts", [(), (("A", ()),), (("A", (("00", "x", 0),)),), (("A", (("00", "x", "5"),)),)]
+)
+def test_bad_parts_are_refused_before_drawing(parts):
+    before = plt.get_fignums()
+    with pytest.raises(ValueError, match="parts"):
+        book_map(parts=parts)
+    assert plt.get_fignums() == before
