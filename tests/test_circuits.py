@@ -14,6 +14,7 @@ from attnbook import (
     sink_score,
 )
 from attnbook.analysis import circuits
+from attnbook.models.periodic import BOS, VOCAB_SIZE, periodic_batch
 
 
 def causal_weights(*shape, seed=0):
@@ -162,31 +163,47 @@ def test_attention_only_must_be_a_bool():
 
 def test_periodic_batch_repeats_its_block_after_a_first_token():
     periods = torch.tensor([4, 7, 32])
-    tokens = circuits.periodic_batch(periods, torch.Generator().manual_seed(0))
-    assert tokens.shape == (3, 33) and (tokens[:, 0] == circuits.BOS).all()
+    tokens = periodic_batch(periods, torch.Generator().manual_seed(0))
+    assert tokens.shape == (3, 33) and (tokens[:, 0] == BOS).all()
     for row, period in zip(tokens, periods.tolist(), strict=True):
         body = row[1:]
         assert torch.equal(body[period:], body[:-period]) if period < 32 else True
-        assert body.max() < circuits.VOCAB_SIZE
-    no_bos = circuits.periodic_batch(periods, torch.Generator().manual_seed(0), bos=False)
-    assert (no_bos[:, 0] < circuits.VOCAB_SIZE).all()
+        assert body.max() < VOCAB_SIZE
+    no_bos = periodic_batch(periods, torch.Generator().manual_seed(0), bos=False)
+    assert (no_bos[:, 0] < VOCAB_SIZE).all()
 
 
 @pytest.mark.parametrize("periods", [torch.tensor([0, 4]), torch.tensor([33])])
 def test_periodic_batch_refuses_periods_outside_1_to_32(periods):
     with pytest.raises(ValueError, match=r"periods: expected values in \[1, 32\]"):
-        circuits.periodic_batch(periods, torch.Generator())
+        periodic_batch(periods, torch.Generator())
 
 
 def test_periodic_batch_wants_one_period_per_sequence():
     with pytest.raises(ValueError, match=r"periods: expected shape \(B,\)"):
-        circuits.periodic_batch(torch.tensor([[4]]), torch.Generator())
+        periodic_batch(torch.tensor([[4]]), torch.Generator())
+
+
+@pytest.mark.parametrize(
+    "periods", [torch.tensor([4.0, 7.0]), torch.tensor([True, True]), torch.tensor([4 + 0j])]
+)
+def test_periodic_batch_wants_integer_periods(periods):
+    with pytest.raises(ValueError, match=r"periods: expected an integer tensor, got dtype torch\."):
+        periodic_batch(periods, torch.Generator())
+
+
+def test_periodic_batch_takes_any_integer_dtype():
+    generator = torch.Generator().manual_seed(0)
+    as_int64 = periodic_batch(torch.tensor([4, 7]), generator)
+    generator.manual_seed(0)
+    as_uint8 = periodic_batch(torch.tensor([4, 7], dtype=torch.uint8), generator)
+    assert torch.equal(as_int64, as_uint8)
 
 
 def test_gated_forward_matches_the_model_and_its_weights():
     torch.manual_seed(0)
     model = circuits.build_circuit_model().eval()
-    tokens = circuits.periodic_batch(torch.tensor([5, 9]), torch.Generator().manual_seed(1))
+    tokens = periodic_batch(torch.tensor([5, 9]), torch.Generator().manual_seed(1))
     logits, weights = circuits.gated_forward(model, tokens)
     torch.testing.assert_close(logits, model(tokens))
     torch.testing.assert_close(weights, model.attention_weights(tokens))
@@ -201,7 +218,7 @@ def test_gated_forward_matches_the_model_and_its_weights():
 def test_circuit_measurements_use_the_library_scores_on_the_weights_they_name():
     torch.manual_seed(0)
     model = circuits.build_circuit_model().eval()
-    tokens = circuits.periodic_batch(torch.full((3,), 16), torch.Generator().manual_seed(2))
+    tokens = periodic_batch(torch.full((3,), 16), torch.Generator().manual_seed(2))
     found = circuits.circuit_measurements(model, tokens, 16)
     logits, weights = circuits.gated_forward(model, tokens)
     body = weights[..., 1:, 1:]
@@ -220,7 +237,7 @@ def test_shipped_circuit_models_load_and_match_their_curves():
     models, manifest = circuits.load_circuit_models()
     assert sorted(models) == sorted(manifest["snapshots"])
     final = models[f"random/{manifest['training']['steps']}"]
-    evaluation = circuits.periodic_batch(
+    evaluation = periodic_batch(
         torch.full((manifest["evaluation"]["sequences"],), 16),
         torch.Generator().manual_seed(manifest["evaluation"]["seed"]),
     )

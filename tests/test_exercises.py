@@ -772,7 +772,8 @@ def test_find_circuit(capsys):
 
 
 def test_permuting_heads_keeps_the_model_s_output():
-    from attnbook.analysis.circuits import load_circuit_models, periodic_batch
+    from attnbook.analysis.circuits import load_circuit_models
+    from attnbook.models.periodic import periodic_batch
 
     models, _ = load_circuit_models()
     model = models["random/600"]

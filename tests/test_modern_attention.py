@@ -19,7 +19,6 @@ from attnbook import (
     add_sinks_from_lse,
     attention_with_sinks,
     causal_mask,
-    decoder_logits_with_mask,
     kv_cache_bytes,
     kv_cache_bytes_per_token,
     latent_cache_bytes_per_token,
@@ -30,11 +29,11 @@ from attnbook import (
     trace_shapes,
 )
 from attnbook.models.gated_models import (
-    AttentionOnlyModel,
     build_model,
     evaluation_batch,
-    periodic_batch,
+    inspect,
     sink_metrics,
+    training_batch,
 )
 
 # Sliding-window and streaming masks
@@ -200,21 +199,39 @@ def test_add_sinks_from_lse_errors():
         add_sinks_from_lse(output, torch.zeros(2, 3, 5), torch.zeros(2))
 
 
-def test_decoder_logits_with_mask():
+def test_decoder_forward_with_a_streaming_mask():
     torch.manual_seed(0)
     model = TinyDecoder(11, d_model=16, n_heads=2, n_layers=2, max_len=8).eval()
     tokens = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(
-        decoder_logits_with_mask(model, tokens, causal_mask(8)), model(tokens)
-    )
-    windowed = decoder_logits_with_mask(model, tokens, sliding_window_mask(8, 2))
-    assert not torch.allclose(windowed, model(tokens))
-    torch.testing.assert_close(windowed[:, :2], model(tokens)[:, :2])  # inside the window
-    with raises("mask: expected a boolean (T, T) = (8, 8) mask"):
-        decoder_logits_with_mask(model, tokens, causal_mask(8).float())
+    with torch.no_grad():
+        full = model(tokens)
+        torch.testing.assert_close(model(tokens, mask=causal_mask(8)), full)
+        windowed = model(tokens, mask=sliding_window_mask(8, 2))
+        streamed = model(tokens, mask=streaming_mask(8, 2, 1))
+    assert not torch.allclose(windowed, full) and not torch.allclose(streamed, windowed)
+    torch.testing.assert_close(windowed[:, :2], full[:, :2])  # inside the window
+    torch.testing.assert_close(streamed[:, :3], full[:, :3])  # window 2 + the first key
+    with raises("mask: expected a boolean (T, S) = (8, 8) mask, got torch.float32 (8, 8)"):
+        model(tokens, mask=causal_mask(8).float())
+    with raises("mask: expected a boolean (T, S) = (8, 8) mask, got torch.bool (7, 7)"):
+        model(tokens, mask=causal_mask(7))
     alibi = TinyDecoder(11, d_model=16, n_heads=2, n_layers=1, max_len=8, positions="alibi")
-    with raises("model: ALiBi models build their own mask"):
-        decoder_logits_with_mask(alibi, tokens, causal_mask(8))
+    with raises("mask: an ALiBi model builds its own mask"):
+        alibi(tokens, mask=causal_mask(8))
+
+
+def test_decoder_mask_with_a_cache_sees_the_cached_keys():
+    torch.manual_seed(0)
+    model = TinyDecoder(11, d_model=16, n_heads=2, n_layers=2, max_len=8).eval()
+    tokens = torch.randint(0, 11, (1, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        whole = model(tokens, mask=sliding_window_mask(8, 3))
+        caches = model.new_caches()
+        model(tokens[:, :5], caches, mask=sliding_window_mask(5, 3))
+        with raises("mask: expected a boolean (T, S) = (3, 8) mask, got torch.bool (3, 3)"):
+            model(tokens[:, 5:], caches, mask=sliding_window_mask(3, 3))
+        last = model(tokens[:, 5:], caches, mask=sliding_window_mask(3, 3, 8))
+    torch.testing.assert_close(last, whole[:, 5:])
 
 
 # The rolling cache and the cache arithmetic
@@ -426,32 +443,48 @@ def test_soft_cap_errors():
 # The sink experiment's model
 
 
-def test_periodic_batch_and_evaluation_batch():
-    tokens = periodic_batch(8, torch.Generator().manual_seed(0))
+def test_training_batch_and_evaluation_batch():
+    tokens = training_batch(8, torch.Generator().manual_seed(0))
     assert tokens.shape == (8, 33) and (tokens[:, 0] == 64).all() and tokens[:, 1:].max() < 64
     for row in tokens[:, 1:]:
         periods = [p for p in range(4, 25) if torch.equal(row[p:], row[:-p])]
         assert periods, row
     evaluation = evaluation_batch(4)
     assert torch.equal(evaluation[:, 1:17], evaluation[:, 17:])
-    with raises("batch_size: expected a positive int, got 0"):
-        periodic_batch(0, torch.Generator())
 
 
-def test_attention_only_model_and_metrics():
+def test_gated_model_is_chapter_14s_decoder_with_a_gate():
+    plain, gated = build_model(output_gate=False), build_model(output_gate=True)
+    assert isinstance(gated, TinyDecoder) and all(b.mlp is None for b in gated.blocks)
+    assert all(block.attention.gate_proj is not None for block in gated.blocks)
+    assert all(block.attention.gate_proj is None for block in plain.blocks)
+    extra = sum(p.numel() for p in gated.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert extra == 2 * (64 * 64 + 64)  # one D x D gate projection (and bias) per layer
+
+
+def test_inspect_and_metrics():
     torch.manual_seed(0)
     model = build_model(output_gate=True).eval()
-    assert all(layer.gate_proj is not None for layer in model.layers)
     tokens = evaluation_batch(4)
-    seen = model.inspect(tokens)
+    seen = inspect(model, tokens)
     assert seen["weights"].shape == (2, 4, 4, 33, 33)
+    torch.testing.assert_close(seen["weights"], model.attention_weights(tokens))
     torch.testing.assert_close(seen["weights"].sum(-1), torch.ones(2, 4, 4, 33))
+    assert len(seen["largest_activation"]) == 3 and len(seen["largest_score"]) == 2
+    # the hooks read the input of layer 0's attention: the embedding after its LayerNorm
+    block = model.blocks[0]
+    with torch.no_grad():
+        embedded = model.token_embedding(tokens) + model.position_embedding.weight
+        torch.testing.assert_close(seen["attention_inputs"][0], block.attention_norm(embedded))
+        q = block.attention.q_proj(seen["attention_inputs"][0])[0, :, :16]  # (T, d_head)
+        k = block.attention.k_proj(seen["attention_inputs"][0])[0, :, :16]  # (T, d_head)
+    head_0 = ((q @ k.T) / 4).masked_fill(~causal_mask(33), -math.inf).softmax(-1)
+    torch.testing.assert_close(head_0, seen["weights"][0, 0, 0])
+    assert seen["largest_activation"][0] == embedded.abs().max().item()
+    # the hooks are removed afterwards
+    assert not any(b.attention._forward_pre_hooks for b in model.blocks)
     metrics = sink_metrics(model, tokens)
     assert 0 < metrics["sink_first_copy"] < 1 and metrics["second_copy_loss"] > math.log(64) - 1
-    with raises("tokens: at most max_len = 33 positions, got 34"):
-        model(torch.zeros(1, 34, dtype=torch.long))
-    with raises("vocab_size: expected a positive int, got 0"):
-        AttentionOnlyModel(0, d_model=8, n_heads=2, n_layers=1, max_len=4)
 
 
 def test_shipped_gated_models_load_and_match_their_manifest():
@@ -464,8 +497,19 @@ def test_shipped_gated_models_load_and_match_their_manifest():
         curves = shipped.manifest["curves"][name]
         for key, value in metrics.items():
             assert value == pytest.approx(curves[key][-1], abs=1e-4), (name, key)
-    assert shipped.gated.layers[0].gate_proj is not None
-    assert shipped.plain.layers[0].gate_proj is None
+    assert shipped.gated.blocks[0].attention.gate_proj is not None
+    assert shipped.plain.blocks[0].attention.gate_proj is None
+
+
+def test_the_plain_gated_experiment_model_is_chapter_14s_random_run():
+    from attnbook.analysis.circuits import load_circuit_models
+    from attnbook.models.gated_models import load_gated_models
+
+    plain = load_gated_models().plain.state_dict()
+    snapshot = load_circuit_models()[0]["random/600"].state_dict()  # stored in float16
+    assert plain.keys() == snapshot.keys()
+    for name, value in plain.items():
+        torch.testing.assert_close(value.half().float(), snapshot[name], rtol=0, atol=0)
 
 
 def test_load_gated_models_refuses_changed_weights(monkeypatch):

@@ -56,7 +56,6 @@ from attnbook.layers.multihead import GroupedQueryAttention, MultiHeadAttention
 from attnbook.layers.sinks import (
     add_sinks_from_lse,
     attention_with_sinks,
-    decoder_logits_with_mask,
     streaming_mask,
 )
 from attnbook.models.capstone import (
@@ -72,6 +71,7 @@ from attnbook.models.lm_training import (
     next_token_loss,
     train_language_model,
 )
+from attnbook.models.periodic import periodic_batch
 from attnbook.models.reference_model import ReferenceModel, load_reference_model
 from attnbook.models.seq2seq import (
     AttentionDecoder,
@@ -143,6 +143,7 @@ __all__ = [
     "next_token_loss",
     "online_softmax",
     "padding_mask",
+    "periodic_batch",
     "plot_attention",
     "plot_heads",
     "plot_mask",
@@ -175,7 +176,6 @@ __all__ = [
     "RollingKVCache",
     "add_sinks_from_lse",
     "attention_with_sinks",
-    "decoder_logits_with_mask",
     "kv_cache_bytes",
     "latent_cache_bytes_per_token",
     "sliding_window_mask",

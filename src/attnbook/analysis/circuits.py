@@ -16,10 +16,10 @@ key ``1 / (t + 1)``: that is the level each score has by chance. For sequences t
 a BOS token, pass the weights the score means: ``weights[..., 1:, 1:]`` to score the repeated
 tokens alone.
 
-The second half of the module holds chapter 14's experiment: its data
-(:func:`periodic_batch`), its model (:func:`build_circuit_model`), a forward pass with head
-gates that keeps every layer's weights (:func:`gated_forward`), the measurements taken during
-training (:func:`circuit_measurements`), and the shipped snapshots
+The second half of the module holds chapter 14's experiment on the sequences of
+:mod:`attnbook.models.periodic`: its model (:func:`build_circuit_model`), a forward pass with
+head gates that keeps every layer's weights (:func:`gated_forward`), the measurements taken
+during training (:func:`circuit_measurements`), and the shipped snapshots
 (:func:`load_circuit_models`, made by ``scripts/train_circuit_models.py``).
 """
 
@@ -31,6 +31,7 @@ from torch import Tensor
 
 from attnbook.core._checks import check_floating, check_tensor, shape_of
 from attnbook.models.decoder import TinyDecoder
+from attnbook.models.periodic import SEQUENCE_LENGTH, VOCAB_SIZE
 from attnbook.models.shipped import check_sha256, read_shipped, read_state_dict
 
 
@@ -111,9 +112,6 @@ def sink_score(weights: Tensor) -> Tensor:
 
 # The circuit models of chapter 14: periodic random sequences and small attention-only decoders.
 
-VOCAB_SIZE = 64  # random tokens 0 .. 63
-BOS = VOCAB_SIZE  # token 64 starts every sequence of the BOS runs
-SEQUENCE_LENGTH = 33  # BOS (or a random first token) + 32 tokens
 MODEL_CONFIG = {
     "vocab_size": VOCAB_SIZE + 1,
     "d_model": 64,
@@ -125,29 +123,6 @@ MODEL_CONFIG = {
 WEIGHTS = "circuit_models.pt"
 MANIFEST = "circuit_models.json"
 REGENERATE = "python scripts/train_circuit_models.py"
-
-
-def periodic_batch(periods: Tensor, generator: torch.Generator, *, bos: bool = True) -> Tensor:
-    """Token ids (B, 33): a first token, then a random block of ``periods[b]`` tokens repeated.
-
-    ``periods`` (B,) holds one period per sequence, each in [1, 32]. The first token is BOS
-    (id 64) when ``bos``, otherwise one more random token. Block tokens are uniform in 0 .. 63.
-    """
-    check_tensor("periods", periods, "(B,)", rank=1)
-    if periods.numel() and (periods.min() < 1 or periods.max() > SEQUENCE_LENGTH - 1):
-        raise ValueError(
-            f"periods: expected values in [1, {SEQUENCE_LENGTH - 1}], got values from "
-            f"{periods.min().item()} to {periods.max().item()}"
-        )
-    batch, length = len(periods), SEQUENCE_LENGTH - 1
-    blocks = torch.randint(0, VOCAB_SIZE, (batch, length), generator=generator)  # (B, 32)
-    repeat = torch.arange(length)[None] % periods[:, None]  # (B, 32): index into the block
-    body = blocks.gather(1, repeat)  # (B, 32)
-    if bos:
-        first = torch.full((batch, 1), BOS)  # (B, 1)
-    else:
-        first = torch.randint(0, VOCAB_SIZE, (batch, 1), generator=generator)  # (B, 1)
-    return torch.cat([first, body], dim=1)  # (B, 33)
 
 
 def build_circuit_model() -> TinyDecoder:
@@ -174,8 +149,8 @@ def circuit_measurements(
     """Losses and head scores of ``model`` on sequences: a first token, then r(period) repeated.
 
     ``tokens`` (B, T): every row a first token, then a block of ``period`` tokens repeated at
-    least twice, as :func:`periodic_batch` makes them. Returns ``loss_first``, the mean loss
-    on the first block's tokens, which nothing predicts (chance is ln 64); ``loss_repeated``,
+    least twice, as :func:`attnbook.periodic_batch` makes them. Returns ``loss_first``, the mean
+    loss on the first block's tokens, which nothing predicts (chance is ln 64); ``loss_repeated``,
     on the tokens from the second block's second on, which an earlier occurrence predicts;
     and (L, H) tensors averaged over the batch: ``previous`` and ``induction`` on the
     repeated tokens (``weights[..., 1:, 1:]``), ``sink_first``, the weight on position 0

@@ -10,7 +10,6 @@ from attnbook.analysis.circuits import (
     circuit_measurements,
     induction_score,
     load_circuit_models,
-    periodic_batch,
 )
 from attnbook.core.masks import causal_mask
 from attnbook.exercises._common import (
@@ -21,6 +20,7 @@ from attnbook.exercises._common import (
     _succeed,
 )
 from attnbook.models.decoder import TinyDecoder
+from attnbook.models.periodic import periodic_batch
 
 # Chapter 14: finding a circuit, and the induction score by hand.
 

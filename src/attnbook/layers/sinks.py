@@ -11,8 +11,8 @@ weight over the keys. Trained models learn to park it on a token whose value cha
 
 :func:`add_sinks_from_lse` gives :func:`attention_with_sinks`' output from an ordinary
 attention output and its log-sum-exp: how a sink is added to a fused kernel that returns the
-log-sum-exp. :func:`decoder_logits_with_mask` runs a :class:`attnbook.TinyDecoder` with any
-boolean mask in every layer (a window, a streaming mask) to measure what a mask costs it.
+log-sum-exp. To run a whole :class:`attnbook.TinyDecoder` under a streaming mask, pass it as
+``model(tokens, mask=...)``.
 """
 
 import math
@@ -129,24 +129,3 @@ def streaming_mask(
     sink_keys = torch.arange(key_len, device=device) < n_sink  # (S,)
     causal = causal_mask(query_len, key_len, align="bottom-right", device=device)  # (T, S)
     return window_mask | (causal & sink_keys)  # (T, S)
-
-
-@torch.no_grad()
-def decoder_logits_with_mask(model, tokens: Tensor, mask: Tensor) -> Tensor:
-    """Logits (B, T, V) of a :class:`attnbook.TinyDecoder` whose every layer attends with ``mask``.
-
-    ``mask`` (T, T), boolean (True = attend), replaces the causal mask in every layer: pass a
-    causal mask, a :func:`attnbook.sliding_window_mask` or a :func:`streaming_mask`. The model
-    must use learned, sinusoidal, rotary or no positions (ALiBi brings its own mask).
-    """
-    if model.positions == "alibi":
-        raise ValueError("model: ALiBi models build their own mask; use one without ALiBi")
-    check_tensor("tokens", tokens, "(B, T)", rank=2)
-    expected = (tokens.size(1), tokens.size(1))
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != expected:
-        got = f"{mask.dtype} {shape_of(mask)}" if isinstance(mask, Tensor) else type(mask)
-        raise ValueError(f"mask: expected a boolean (T, T) = {expected} mask, got {got}")
-    x = model._embed(tokens, 0)  # (B, T, D)
-    for block in model.blocks:
-        x = block(x, mask=mask.to(x.device))  # (B, T, D)
-    return model.lm_head(model.final_norm(x))  # (B, T, V)

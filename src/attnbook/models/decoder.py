@@ -36,6 +36,7 @@ def make_attention(
     kv_latent_dim: int | None = None,
     rope_dim: int = 0,
     rope: bool = False,
+    output_gate: bool = False,
 ) -> nn.Module:
     """One self-attention layer: GQA with ``n_kv_heads`` key/value heads, or MLA.
 
@@ -43,7 +44,8 @@ def make_attention(
     ``rope=True`` gives the GQA layer a rotary embedding in the split-halves layout (Llama's).
     With ``kv_latent_dim`` the layer is a :class:`attnbook.MultiHeadLatentAttention` caching a
     ``kv_latent_dim``-wide latent per token (and ``rope_dim`` rotary features); ``n_kv_heads``
-    then has no meaning and must be left out. Every layer has biases in its projections.
+    then has no meaning and must be left out. ``output_gate=True`` gives the GQA layer its
+    sigmoid output gate (gated attention). Every layer has biases in its projections.
     """
     if kv_latent_dim is not None:
         if n_kv_heads is not None:
@@ -55,13 +57,15 @@ def make_attention(
             raise ValueError(
                 "rope: latent attention has its own decoupled rotary key; set rope_dim instead"
             )
+        if output_gate:
+            raise ValueError("output_gate: only grouped-query attention has one, not latent")
         return MultiHeadLatentAttention(
             d_model, n_heads, kv_latent_dim, rope_dim=rope_dim, bias=True
         )
     if rope_dim:
         raise ValueError(f"rope_dim: only latent attention (kv_latent_dim) has one, got {rope_dim}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-    return GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope=rope)
+    return GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope=rope, output_gate=output_gate)
 
 
 def attention_kind(attention: nn.Module) -> str:
@@ -183,7 +187,8 @@ class TinyDecoder(nn.Module):
     ``n_heads``: MHA; fewer: GQA; 1: MQA) or ``kv_latent_dim`` (MLA, with ``rope_dim``).
     ``variant`` names the result. ``mlp_width`` defaults to 4 * d_model.
     ``attention_only=True`` builds every block without its MLP, the attention-only models in
-    which Elhage et al. traced circuits.
+    which Elhage et al. traced circuits. ``output_gate=True`` gives every layer gated attention
+    (:class:`attnbook.GroupedQueryAttention`'s output gate).
     """
 
     def __init__(
@@ -200,6 +205,7 @@ class TinyDecoder(nn.Module):
         mlp_width: int | None = None,
         positions: str = "learned",
         attention_only: bool = False,
+        output_gate: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -222,6 +228,7 @@ class TinyDecoder(nn.Module):
             "kv_latent_dim": kv_latent_dim,
             "rope_dim": rope_dim,
             "rope": positions == "rope" and kv_latent_dim is None,
+            "output_gate": output_gate,
         }
         self.blocks = nn.ModuleList(
             DecoderBlock(
@@ -282,12 +289,21 @@ class TinyDecoder(nn.Module):
         return alibi_bias(self.n_heads, query_len, past + query_len, dtype=dtype, device=device)
 
     def forward(
-        self, tokens: Tensor, caches: list | None = None, *, head_mask: Tensor | None = None
+        self,
+        tokens: Tensor,
+        caches: list | None = None,
+        *,
+        head_mask: Tensor | None = None,
+        mask: Tensor | None = None,
     ) -> Tensor:
         """Logits (B, T, V) for token ids (B, T); see the class docstring for ``caches``.
 
         ``head_mask`` (L, H) gates every head of every layer (Michel et al.'s xi): row l is
         passed to layer l's attention. Float, in the model's dtype; differentiable.
+        ``mask``: a boolean (T, S) mask, True = attend, S = cached + T, that replaces the
+        causal mask in every layer, such as :func:`attnbook.sliding_window_mask` or
+        :func:`attnbook.streaming_mask`; it should be causal itself. Refused with ALiBi, which
+        brings its own mask.
         """
         if caches is not None and len(caches) != len(self.blocks):
             kind = type(self.blocks[0].attention.new_cache()).__name__
@@ -295,7 +311,10 @@ class TinyDecoder(nn.Module):
         self._check_head_mask(head_mask)
         past = 0 if caches is None else len(caches[0])
         x = self._embed(tokens, past)  # (B, T, D)
-        mask = self._attention_mask(tokens.size(1), past, x.dtype, x.device)  # (H, T, S) or None
+        if mask is None:
+            mask = self._attention_mask(tokens.size(1), past, x.dtype, x.device)  # (H, T, S)
+        else:
+            mask = self._check_mask(mask, tokens.size(1), past).to(x.device)  # (T, S)
         for index, block in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
             layer_mask = None if head_mask is None else head_mask[index]  # (H,)
@@ -303,6 +322,16 @@ class TinyDecoder(nn.Module):
         logits = self.lm_head(self.final_norm(x))  # (B, T, V)
         record("logits", logits, "B T V", "a score for every vocabulary entry (V)")
         return logits
+
+    def _check_mask(self, mask: object, query_len: int, past: int) -> Tensor:
+        """A boolean (T, S) mask for S = past + T, on a model without ALiBi."""
+        if self.positions == "alibi":
+            raise ValueError("mask: an ALiBi model builds its own mask; use one without ALiBi")
+        expected = (query_len, past + query_len)
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != expected:
+            got = f"{mask.dtype} {shape_of(mask)}" if isinstance(mask, Tensor) else type(mask)
+            raise ValueError(f"mask: expected a boolean (T, S) = {expected} mask, got {got}")
+        return mask
 
     def _check_head_mask(self, head_mask: Tensor | None) -> None:
         expected = (len(self.blocks), self.blocks[0].attention.n_heads)

@@ -9,12 +9,14 @@ from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
 from attnbook.book.diagrams.latent import mla_data_flow
+from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.tiling import tiling_grid
 
 __all__ = [
+    "attention_options",  # chapter 15
     "book_map",  # the introduction
     "head_split",  # chapter 5
     "mla_data_flow",  # chapter 11
