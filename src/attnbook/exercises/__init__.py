@@ -10,8 +10,9 @@ change the reader's function or the global random state.
 Guide for a new checker: name it ``check_<what the reader writes>(fn)``; call ``fn`` on a few
 small cases, including edge cases; compare with a reference computed here; for the first
 difference, raise :func:`_fail` with a sentence naming the call, the row or head, and the rule
-it breaks; end with :func:`_succeed`. Test it in ``tests/test_exercises.py`` against the
-reference solution and at least two typical mistakes.
+it breaks; end with :func:`_succeed`. Test it in ``tests/test_exercises.py``: its reference
+answer in ``tests/exercise_answers.py``, and at least three plausible mistakes in
+``WRONG_ANSWERS``, each with the words its hint must contain.
 """
 
 from attnbook.exercises._common import ExerciseError

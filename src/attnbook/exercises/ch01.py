@@ -20,6 +20,18 @@ def check_attention_parameter_count(fn: Callable[[int], int]) -> None:
         counts = [sum(p.numel() for p in model.parameters()) for model in models]
         expected = counts[0] - counts[1]
         if answer != expected:
+            hints = {
+                -width * width: "U maps the encoder's 2D-wide states (both directions), so it "
+                "is D x 2D, not D x D",
+                2 * width: "attention's W and U have no biases here",
+                3 * width: "attention's W, U and v have no biases here",
+                -width: "v has D entries: it turns the D-wide tanh into one score",
+            }
+            if answer - expected in hints:
+                _fail(
+                    f"{call} returned {answer}, but the attention model has {expected} more "
+                    f"parameters than the plain one: {hints[answer - expected]}"
+                )
             _fail(
                 f"{call} returned {answer}, but the attention model has {expected} more "
                 f"parameters than the plain one (off by {answer - expected}): count the entries "

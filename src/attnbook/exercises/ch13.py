@@ -43,6 +43,13 @@ def check_previous_share(fn: Callable[[Tensor], float]) -> None:
         _fail(f"{call}: query 0 has no previous character; average over queries 1 to T - 1")
     if abs(value - weights.diagonal().mean().item()) < 1e-6:
         _fail(f"{call}: that is the weight on key i itself; the previous character is key i - 1")
+    if abs(value - weights.diagonal(offset=-1).sum().item()) < 1e-6:
+        _fail(f"{call}: that is the sum of weights[i, i - 1]; average it over the T - 1 queries")
+    if abs(value) < 1e-6:
+        _fail(
+            f"{call} returned 0: key i + 1 is in query i's future, so a causal head puts "
+            f"nothing there; the previous character is key i - 1, below the diagonal"
+        )
     _fail(f"{call} returned {value:.4f}, expected {expected:.4f}: the mean of weights[i, i - 1]")
 
 
@@ -76,12 +83,23 @@ def check_head_importance(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> 
         )
     if _close(result.detach(), batch_gradient, atol=1e-8):
         _fail(f"{call}: the importance is an absolute value, per window, then averaged")
+    if _close(result.detach(), expected * len(inputs), atol=1e-8):
+        _fail(
+            f"{call} is {len(inputs)} times too large: that is the sum over the {len(inputs)} "
+            f"windows; the importance is the mean, E_x"
+        )
+    if _close(result.detach(), expected * inputs.size(1), atol=1e-8):
+        _fail(
+            f"{call} is {inputs.size(1)} times too large: a window's loss is its MEAN "
+            f"cross-entropy over its {inputs.size(1)} positions, not the sum"
+        )
     _fail(f"{call} differs from E_x |d loss(x) / d xi| at xi = 1 (all gates 1)")
 
 
-_ORDERING_CASES = [  # dict H -> per-seed losses; each mistake below gives a different answer
+_ORDERING_CASES = [  # dict H -> per-seed losses; each mistake below gives other answers
     {1: [1.0, 1.1, 1.2], 2: [1.21, 1.31, 1.41], 4: [1.3, 1.4, 1.5]},
     {8: [2.0, 2.02, 2.04, 2.06], 1: [2.6, 2.9, 2.75], 2: [2.05, 2.35, 2.2]},
+    {2: [1.0, 1.2], 4: [1.24, 1.44]},  # two seeds: means 1.2 standard errors apart
 ]
 
 
@@ -92,30 +110,30 @@ def _separated(losses: dict, half_width: Callable[[list[float]], float]) -> set[
     return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
 
 
-def _ordering_mistakes(losses: dict) -> list[tuple[set, str]]:
-    """The answers of typical mistakes, each with what is wrong."""
-    means = {k: statistics.fmean(v) for k, v in losses.items()}
-    expected = supported_orderings(losses)
-    return [
-        (
-            {(b, a) for a, b in expected},
-            "the pairs are reversed: (a, b) means H = a has the LOWER loss",
-        ),
-        (
-            {(a, b) for a in means for b in means if means[a] < means[b]},
-            "that ranks by the means alone; a difference counts only when the intervals "
-            "mean +- 2 standard errors do not overlap",
-        ),
-        (
-            _separated(losses, lambda v: 2 * statistics.pstdev(v) / math.sqrt(len(v))),
-            "that uses the population standard deviation (divide by n); the sample one divides "
-            "by n - 1, which matters with 3 seeds",
-        ),
-        (
-            _separated(losses, lambda v: 2 * statistics.stdev(v)),
-            "that uses +- 2 standard deviations; the rule uses standard errors, std / sqrt(n)",
-        ),
-    ]
+_ORDERING_MISTAKES = [  # what each typical mistake answers, and what is wrong with it
+    (
+        lambda losses: {(b, a) for a, b in supported_orderings(losses)},
+        "the pairs are reversed: (a, b) means H = a has the LOWER loss",
+    ),
+    (
+        lambda losses: _separated(losses, lambda v: 0.0),
+        "that ranks by the means alone; a difference counts only when the intervals "
+        "mean +- 2 standard errors do not overlap",
+    ),
+    (
+        lambda losses: _separated(losses, lambda v: 2 * statistics.pstdev(v) / math.sqrt(len(v))),
+        "that uses the population standard deviation (divide by n); the sample one divides "
+        "by n - 1, which matters with 2 to 4 seeds",
+    ),
+    (
+        lambda losses: _separated(losses, lambda v: 2 * statistics.stdev(v)),
+        "that uses +- 2 standard deviations; the rule uses standard errors, std / sqrt(n)",
+    ),
+    (
+        lambda losses: _separated(losses, lambda v: statistics.stdev(v) / math.sqrt(len(v))),
+        "that uses +- 1 standard error; the rule's intervals are mean +- 2 standard errors",
+    ),
+]
 
 
 @_checker
@@ -123,22 +141,26 @@ def check_supported_orderings(fn: Callable[[dict], set]) -> None:
     """``fn(losses)``, losses a dict H -> per-seed losses: the pairs (a, b), a lower beyond spread.
 
     The rule: mean_a + 2 se_a < mean_b - 2 se_b, se the sample standard deviation over sqrt(n).
+    A wrong answer is named by the mistake that gives its answers on every case.
     """
+    results = []
     for losses in _ORDERING_CASES:
         call = f"supported_orderings({losses})"
         answer = _call(fn, call, {k: list(v) for k, v in losses.items()})
         try:
-            result = {tuple(pair) for pair in answer}
+            results.append({tuple(pair) for pair in answer})
         except TypeError:
             _fail(f"{call} should return a set of pairs (a, b), got {type(answer).__name__}")
-        expected = supported_orderings(losses)
-        if result == expected:
-            continue
-        for mistake, explanation in _ordering_mistakes(losses):
-            if result == mistake:
-                _fail(f"{call} returned {sorted(result)}: {explanation}")
-        _fail(
-            f"{call} returned {sorted(result)}, expected {sorted(expected)}: a pair (a, b) "
-            f"belongs in the set when mean_a + 2 se_a < mean_b - 2 se_b"
-        )
-    _succeed("a pair is ranked only when the intervals mean +- 2 standard errors are apart")
+    expected = [supported_orderings(losses) for losses in _ORDERING_CASES]
+    if results == expected:
+        _succeed("a pair is ranked only when the intervals mean +- 2 standard errors are apart")
+        return
+    case = next(i for i in range(len(results)) if results[i] != expected[i])
+    call = f"supported_orderings({_ORDERING_CASES[case]})"
+    for mistake, explanation in _ORDERING_MISTAKES:
+        if results == [mistake(losses) for losses in _ORDERING_CASES]:
+            _fail(f"{call} returned {sorted(results[case])}: {explanation}")
+    _fail(
+        f"{call} returned {sorted(results[case])}, expected {sorted(expected[case])}: a pair "
+        f"(a, b) belongs in the set when mean_a + 2 se_a < mean_b - 2 se_b"
+    )

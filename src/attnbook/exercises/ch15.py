@@ -45,6 +45,40 @@ def check_sink_window_mask(fn: Callable[[int, int, int], Tensor]) -> None:
     _succeed("the last `window` keys plus the first `n_sink`, never a key in the future")
 
 
+def _sink_weight_mistakes(scores: Tensor, sinks: Tensor) -> list[tuple[Tensor, str]]:
+    """What typical mistakes return for ``scores`` (H, T, S) and ``sinks`` (H,), and why."""
+    sink_column = sinks[:, None, None].expand(*scores.shape[:-1], 1)  # (H, T, 1)
+    sink_last = torch.cat([scores, sink_column], dim=-1).softmax(dim=-1)  # (H, T, S + 1)
+    sink_first = torch.cat([sink_column, scores], dim=-1).softmax(dim=-1)  # (H, T, S + 1)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # (H, T, 1)
+    return [
+        (
+            scores.softmax(dim=-1),
+            "every row sums to 1, so the sink took nothing; normalise over S + 1 entries, "
+            "the sink's logit included",
+        ),
+        (
+            sink_last[..., 1:],
+            "[..., 1:] drops key 0; the sink is the softmax's last column: drop that one, "
+            "[..., :-1]",
+        ),
+        (
+            sink_first[..., :-1],
+            "the sink column is put first, but the last column (key S - 1) was dropped; drop "
+            "the sink's own column",
+        ),
+        (
+            scores.softmax(dim=-1) * torch.sigmoid(sinks[:, None, None] - lse),
+            "the rescaling factor is the keys' share sigma(lse - s_h); sigma(s_h - lse) is the "
+            "sink's own share",
+        ),
+        (
+            torch.cat([scores, -sink_column], dim=-1).softmax(dim=-1)[..., :-1],
+            "the sink's logit has the wrong sign: it enters the softmax as it is, exp(s_h)",
+        ),
+    ]
+
+
 @_checker
 def check_sink_weights(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     """``fn(scores (H, T, S), sinks (H,))`` -> weights (H, T, S) of a softmax with a sink column."""
@@ -55,15 +89,22 @@ def check_sink_weights(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     call = "weights_with_sink(scores (3, 4, 5), sinks (3,))"
     result = _as_tensor(_call(fn, call, scores.clone(), sinks.clone()), call, "a tensor")
     if tuple(result.shape) != (3, 4, 5):
-        extra = " (drop the sink's column after the softmax)" if result.shape[-1] == 6 else ""
+        kept = result.dim() == 3 and result.shape[-1] == 6
+        extra = " (drop the sink's column after the softmax)" if kept else ""
         _fail(f"{call} should return shape (H, T, S) = (3, 4, 5), got {tuple(result.shape)}{extra}")
     lse = torch.logsumexp(scores, dim=-1)  # (H, T)
     expected = torch.exp(scores - torch.logaddexp(lse, sinks[:, None])[..., None])  # (H, T, S)
     if _close(result, expected, atol=1e-6):
         _succeed("rows sum to 1 - p_sink: the sink takes its share and leaves no value behind")
         return
-    if _close(result.sum(-1), torch.ones(3, 4), atol=1e-6):
-        _fail(f"{call}: every row sums to 1, so the sink took nothing; normalise over S + 1")
+    if not torch.isfinite(result).all():
+        _fail(
+            f"{call} has NaN or inf entries: a masked score (-inf) must give weight 0, and "
+            f"every row has the sink, so no row is empty"
+        )
+    for mistake, explanation in _sink_weight_mistakes(scores, sinks):
+        if _close(result, mistake, atol=1e-6):
+            _fail(f"{call}: {explanation}")
     _fail(f"{call}: the weights differ from exp(score) / (sum of exp(scores) + exp(sink))")
 
 

@@ -1,0 +1,256 @@
+"""Reference answers to every checked exercise, as a reader might write them.
+
+``tests/test_exercises.py`` runs each checker on these (they must pass) and on plausible wrong
+answers built from them (each must be refused with a hint naming its mistake).
+"""
+
+import copy
+import math
+import statistics
+
+import torch
+
+from attnbook import KVCache, causal_mask, induction_score, previous_token_score
+
+
+def attention_parameter_count(D):
+    return 3 * D * D + D
+
+
+def window_mask(T, width):
+    return causal_mask(T) & ~torch.ones(T, T, dtype=torch.bool).tril(diagonal=-width)
+
+
+def concat_scores(query, key, W, v):
+    T, S = query.size(0), key.size(0)
+    pairs = torch.cat(
+        [query[:, None, :].expand(T, S, -1), key[None, :, :].expand(T, S, -1)], dim=-1
+    )  # (T, S, d_q + d_k)
+    return torch.tanh(pairs @ W.T) @ v  # (T, S)
+
+
+def largest_length(budget, n_heads, size):
+    return math.isqrt(budget // (n_heads * size))
+
+
+def prefix_lm_mask(T, P):
+    return causal_mask(T) | (torch.arange(T) < P)
+
+
+def head_projection(torch_mha, role, h):
+    D, d_head = torch_mha.embed_dim, torch_mha.embed_dim // torch_mha.num_heads
+    start = "qkv".index(role) * D + h * d_head
+    rows = slice(start, start + d_head)
+    return torch_mha.in_proj_weight[rows], torch_mha.in_proj_bias[rows]
+
+
+def repeat_kv(x, n_repeats):
+    B, H_kv, S, d_head = x.shape
+    return x[:, :, None].expand(B, H_kv, n_repeats, S, d_head).reshape(B, -1, S, d_head)
+
+
+class PreallocatedKVCache(KVCache):
+    def __init__(self, max_len):
+        super().__init__()
+        self.max_len = max_len
+        self.length = 0
+
+    def __len__(self):
+        return self.length
+
+    def append(self, keys, values):
+        stop = self.length + keys.size(2)
+        assert stop <= self.max_len, f"{stop} positions do not fit in {self.max_len}"
+        if self.keys is None:
+            shape = (*keys.shape[:2], self.max_len, keys.shape[3])
+            self.key_buffer, self.value_buffer = keys.new_empty(shape), values.new_empty(shape)
+        self.key_buffer[:, :, self.length : stop] = keys
+        self.value_buffer[:, :, self.length : stop] = values
+        self.length = stop
+        self.keys = self.key_buffer[:, :, :stop]
+        self.values = self.value_buffer[:, :, :stop]
+        return self.keys, self.values
+
+
+class OwnBufferNames(KVCache):
+    """A correct preallocated cache that never sets KVCache's ``keys`` and ``values``."""
+
+    def __init__(self, max_len):
+        super().__init__()
+        self.max_len, self.length, self.k_buf, self.v_buf = max_len, 0, None, None
+
+    def __len__(self):
+        return self.length
+
+    def append(self, keys, values):
+        if self.k_buf is None:
+            shape = (*keys.shape[:2], self.max_len, keys.shape[3])
+            self.k_buf, self.v_buf = keys.new_empty(shape), values.new_empty(shape)
+        stop = self.length + keys.size(2)
+        if stop > self.max_len:
+            raise ValueError(f"{stop} positions do not fit in {self.max_len}")
+        self.k_buf[:, :, self.length : stop] = keys
+        self.v_buf[:, :, self.length : stop] = values
+        self.length = stop
+        return self.k_buf[:, :, :stop], self.v_buf[:, :, :stop]
+
+
+def online_logsumexp(x, block_size):
+    running_max = x.new_full(x.shape[:-1], float("-inf"))
+    running_sum = x.new_zeros(x.shape[:-1])
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start : start + block_size]
+        new_max = torch.maximum(running_max, block.amax(dim=-1))
+        rescale = torch.exp(running_max - new_max)
+        running_sum = running_sum * rescale + torch.exp(block - new_max[..., None]).sum(dim=-1)
+        running_max = new_max
+    return running_max + torch.log(running_sum)
+
+
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    new_max = torch.maximum(lse_a, lse_b)
+    safe_max = torch.where(new_max == float("-inf"), 0.0, new_max)
+    weight_a, weight_b = torch.exp(lse_a - safe_max), torch.exp(lse_b - safe_max)
+    total = weight_a + weight_b
+    safe_total = torch.where(total > 0, total, 1.0)
+    lse = torch.where(total > 0, safe_max + torch.log(safe_total), float("-inf"))
+    return (out_a * weight_a + out_b * weight_b) / safe_total, lse
+
+
+def cache_bytes_per_token(model):
+    bytes_per_number = next(model.parameters()).element_size()
+    total = 0
+    for block in model.blocks:
+        attention = block.attention
+        if hasattr(attention, "kv_latent_dim"):
+            total += (attention.kv_latent_dim + attention.rope_dim) * bytes_per_number
+        else:
+            total += 2 * attention.n_kv_heads * attention.head_dim * bytes_per_number
+    return total
+
+
+def alibi_slopes(n_heads):
+    power = 2 ** math.floor(math.log2(n_heads))
+    slopes = [2 ** (-8 * (h + 1) / power) for h in range(power)]
+    if power < n_heads:
+        slopes += alibi_slopes(2 * power)[0::2][: n_heads - power].tolist()
+    return torch.tensor(slopes)
+
+
+def previous_share(weights):
+    return weights.diagonal(offset=-1).mean().item()
+
+
+def head_importance(model, inputs, targets):
+    n_layers, n_heads = len(model.blocks), model.blocks[0].attention.n_heads
+    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    for window, target in zip(inputs, targets, strict=True):
+        gates = torch.ones(n_layers, n_heads, dtype=torch.float64, requires_grad=True)
+        logits = model(window[None], head_mask=gates)
+        loss = torch.nn.functional.cross_entropy(logits[0], target)
+        total += torch.autograd.grad(loss, gates)[0].abs()
+    return total / len(inputs)
+
+
+def supported_orderings(losses, spread=statistics.stdev, n_spreads=2.0, per_seed=True):
+    def half_width(values):
+        return n_spreads * spread(values) / (math.sqrt(len(values)) if per_seed else 1.0)
+
+    upper = {h: statistics.fmean(v) + half_width(v) for h, v in losses.items()}
+    lower = {h: statistics.fmean(v) - half_width(v) for h, v in losses.items()}
+    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+
+
+def scale_for(d, sigma):
+    return 1.0 / (sigma**2 * math.sqrt(d))
+
+
+def without_head(attention, h):
+    pruned = copy.deepcopy(attention)
+    d_head = attention.head_dim
+    with torch.no_grad():
+        pruned.out_proj.weight[:, h * d_head : (h + 1) * d_head] = 0.0
+    return pruned
+
+
+def sink_window_mask(T, window, n_sink):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return ((j <= i) & (j > i - window)) | ((j < n_sink) & (j <= i))
+
+
+def weights_with_sink(scores, sinks):
+    sink_column = sinks[:, None, None].expand(*scores.shape[:-1], 1)
+    return torch.cat([scores, sink_column], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+def receptive_field(windows, seq_len):
+    if None in windows:
+        return seq_len
+    return min(seq_len, sum(window - 1 for window in windows) + 1)
+
+
+def find_circuit(model):
+    block = torch.randint(0, 64, (32, 10), generator=torch.Generator().manual_seed(0))
+    tokens = torch.cat([torch.full((32, 1), 64), block, block], dim=1)  # (B, 21): BOS, r, r
+    weights = model.attention_weights(tokens)[..., 1:, 1:]  # (L, B, H, 20, 20)
+    previous = previous_token_score(weights[0]).mean(dim=0).argmax().item()
+    induction = induction_score(weights[1], 10).mean(dim=0).argmax().item()
+    return previous, induction
+
+
+def induction_share(weights, period):
+    return weights.diagonal(offset=-(period - 1))[1:].mean().item()
+
+
+def rope_halves(x, positions, base=10000.0):
+    dim = x.size(-1)
+    frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = (positions[:, None] * frequencies[None, :]).to(x.dtype)  # (T, dim / 2)
+    first, second = x.chunk(2, dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+def latent_scores(layer, x, latents):
+    n_heads, head_dim = layer.n_heads, layer.head_dim
+    w_uk = layer.k_up.weight.view(n_heads, head_dim, -1)  # (H, d_head, d_c)
+    q = layer.q_proj(x).unflatten(-1, (n_heads, head_dim)).transpose(1, 2)  # (B, H, T, d_head)
+    q_latent = q @ w_uk  # (B, H, T, d_c)
+    return q_latent @ latents[:, None].transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, S)
+
+
+def attention_backward(q, k, v, out, lse, d_out, scale):
+    a = torch.exp(q @ k.T * scale - lse)  # (T, S): the weights, recomputed from the lse
+    dv = a.T @ d_out  # (S, d_v)
+    da = d_out @ v.T  # (T, S)
+    dz = a * (da - (d_out * out).sum(dim=-1, keepdim=True))  # (T, S)
+    return dz @ k * scale, dz.T @ q * scale, dv
+
+
+SOLUTIONS = {
+    "check_window_mask": window_mask,
+    "check_attention_parameter_count": attention_parameter_count,
+    "check_concat_scores": concat_scores,
+    "check_scale_for": scale_for,
+    "check_largest_length": largest_length,
+    "check_prefix_lm_mask": prefix_lm_mask,
+    "check_head_projection": head_projection,
+    "check_without_head": without_head,
+    "check_repeat_kv": repeat_kv,
+    "check_alibi_slopes": alibi_slopes,
+    "check_rope_halves": rope_halves,
+    "check_preallocated_kv_cache": PreallocatedKVCache,
+    "check_online_logsumexp": online_logsumexp,
+    "check_attention_backward": attention_backward,
+    "check_merge_partials": merge_partials,
+    "check_latent_scores": latent_scores,
+    "check_cache_bytes_per_token": cache_bytes_per_token,
+    "check_previous_share": previous_share,
+    "check_head_importance": head_importance,
+    "check_supported_orderings": supported_orderings,
+    "check_induction_share": induction_share,
+    "check_find_circuit": find_circuit,
+    "check_sink_window_mask": sink_window_mask,
+    "check_sink_weights": weights_with_sink,
+    "check_receptive_field": receptive_field,
+}
