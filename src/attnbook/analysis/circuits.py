@@ -60,7 +60,7 @@ def _check_period(period: object, length: int, lead: torch.Size) -> Tensor:
     )
     if isinstance(period, bool) or not isinstance(period, int | Tensor):
         raise ValueError(f"period: expected {expected}, got {type(period).__name__}")
-    if isinstance(period, int) and not 1 <= period <= length - 1:  # before int64 could wrap
+    if isinstance(period, int) and period.bit_length() > 63:  # more than int64 can hold
         raise ValueError(f"period: expected {expected}, got {period}")
     if isinstance(period, Tensor) and (
         period.dtype.is_floating_point or period.dtype.is_complex or period.dtype == torch.bool
