@@ -1,9 +1,11 @@
 """The benchmark suite runs in quick mode and prints the tables it promises (timings unchecked)."""
 
+import re
+
 import pytest
 
 from attnbook.bench import __main__ as bench_main
-from attnbook.bench import attention, ring, training
+from attnbook.bench import attention, decoding, ring, training
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +88,41 @@ def test_training_results_and_verdict():
     ]
 
 
-def test_quick_run_decodes_256_tokens_with_mha_both_ways(quick_output):
+def test_quick_run_decodes_64_and_256_tokens_with_mha_both_ways(quick_output):
     lines = quick_output.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("KV-cache decoding"))
-    assert "speedup" in lines[header + 1] and lines[header + 2].startswith("MHA")
-    assert lines[header + 2].split()[-1] == "True"  # same tokens with and without the cache
-    assert lines[header + 3].startswith("target: cached decoding at least 5x faster for 256")
+    assert "speedup" in lines[header + 1]
+    for row, tokens in zip(lines[header + 2 : header + 4], ("64", "256"), strict=True):
+        assert row.split()[:3] == ["MHA", "8", tokens]
+        assert row.split()[-1] == "True"  # same tokens with and without the cache
+    target = lines[header + 4]
+    assert target.startswith("target: the cache's speed-up grows with length, at 256 tokens")
+    assert re.search(r": (met|NOT met) \(MHA \d+\.\dx\)$", target), target
+
+
+def decoded(variant, n_new, cached_s, recomputed_s):
+    return decoding.DecodeResult(variant, 8, n_new, cached_s, recomputed_s, same_tokens=True)
+
+
+def test_the_decoding_verdict_is_the_growth_of_the_speed_up_whatever_the_machine_speed():
+    growing = [decoded("MHA", 64, 1.0, 2.0), decoded("MHA", 256, 4.0, 20.0)]  # 2x, then 5x
+    flat = [decoded("MQA", 64, 1.0, 4.0), decoded("MQA", 256, 4.0, 18.0)]  # 4x, then 4.5x
+    assert decoding.growth_verdict(growing) == ({"MHA": 2.5}, True)
+    assert decoding.growth_verdict(growing + flat) == ({"MHA": 2.5, "MQA": 1.125}, False)
+    assert decoding.format_results(growing).endswith(": met (MHA 2.5x)")
+    assert decoding.format_results(growing + flat).endswith(": NOT met (MHA 2.5x, MQA 1.1x)")
+    # a machine twice as fast at everything, or one whose 256-token speed-up is only 4x:
+    # the same verdict, where "5x at 256 tokens" would flip
+    for factor in (0.5, 3.0):
+        scaled = [
+            decoded(r.variant, r.n_new, r.cached_s * factor, r.recomputed_s * factor)
+            for r in growing
+        ]
+        assert decoding.growth_verdict(scaled)[1] is True
+    slower = [decoded("MHA", 64, 1.0, 1.6), decoded("MHA", 256, 4.0, 16.0)]  # 1.6x, then 4x
+    assert decoding.growth_verdict(slower) == ({"MHA": 2.5}, True)
+    assert decoding.growth_verdict(growing[:1]) == ({}, None)
+    assert decoding.format_results(growing[:1]).endswith(": not measured")
 
 
 def test_ring_results_cover_every_world_size_with_the_memory_verdict():

@@ -201,3 +201,46 @@ def test_every_chapter_shows_a_heatmap_and_a_shape_trace(path):
     assert any(
         'class="shape-trace"' in "".join(o.get("data", {}).get("text/html", "")) for o in outputs
     ), f"{path.name}: no shape trace"
+
+
+# A compared cell must not print a digit that depends on the CPU: a float error such as 3.6e-07
+# differs between vector instruction sets (ATEN_CPU_CAPABILITY=default, avx2, avx512), and a
+# magnitude below about 1e-5 printed as 0.0000036 is the same risk. A tolerance stated as a
+# bound ("within 1e-12", "< 1e-06", "eps=1e-06") is the same everywhere; a measured magnitude
+# goes in a cell tagged nbval-ignore-output, backed by an assertion.
+TINY_MAGNITUDE = re.compile(r"\b[1-9](\.\d+)?e-(0[6-9]|[1-9]\d)\b|\b0\.0{5,}[1-9]\d*")
+STATED_BOUND = re.compile(r"(within|below|under|<=?|≤|tolerance|atol|rtol|eps)\W{0,3}$", re.I)
+
+
+def cpu_dependent_magnitudes(text: str) -> list[str]:
+    """The tiny magnitudes ``text`` prints that are not stated as a bound."""
+    return [
+        match.group()
+        for match in TINY_MAGNITUDE.finditer(text)
+        if not STATED_BOUND.search(text[max(0, match.start() - 12) : match.start()])
+    ]
+
+
+def test_the_magnitude_check_flags_measurements_not_bounds():
+    flagged = "max |flex - book| = 3.6e-07\ngradients ['3e-01', '1e-11']\nerror 0.0000036"
+    assert cpu_dependent_magnitudes(flagged) == ["3.6e-07", "1e-11", "0.0000036"]
+    bounds = "dq: every entry within 1e-12\nRMSNorm((12,), eps=1e-06)\nerror < 1e-06: True"
+    assert cpu_dependent_magnitudes(bounds) == []
+    assert cpu_dependent_magnitudes("loss 2.31, 4e-01 of the weight, 1e-05 < x") == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_compared_cells_print_no_cpu_dependent_magnitudes(path):
+    for index, cell in enumerate(code_cells(path)):
+        if "nbval-ignore-output" in cell["metadata"].get("tags", []):
+            continue
+        for output in cell["outputs"]:
+            shown = "".join(output.get("text", "")) + "".join(
+                output.get("data", {}).get("text/plain", "")
+            )
+            found = cpu_dependent_magnitudes(shown)
+            assert not found, (
+                f"{path.name}, code cell {index + 1} is compared by nbval but prints {found}: "
+                "such digits depend on the CPU. Print a verdict against a tolerance, and the "
+                "raw value in a cell tagged nbval-ignore-output backed by an assertion"
+            )

@@ -61,6 +61,8 @@ def _check_period(period: object, length: int, lead: torch.Size) -> Tensor:
     )
     if isinstance(period, bool) or not isinstance(period, int | Tensor):
         raise ValueError(f"period: expected {expected}, got {type(period).__name__}")
+    if isinstance(period, int) and period.bit_length() > 63:  # more than int64 can hold
+        raise ValueError(f"period: expected {expected}, got {period}")
     if isinstance(period, Tensor) and (
         period.dtype.is_floating_point or period.dtype.is_complex or period.dtype == torch.bool
     ):
@@ -100,7 +102,7 @@ def induction_score(weights: Tensor, period: int | Tensor) -> Tensor:
     keys = queries - period[..., None] + 1  # (..., T)
     valid = keys >= 1  # queries t >= period
     on_key = weights.gather(-1, keys.clamp(min=0)[..., None]).squeeze(-1)  # (..., T)
-    total = (on_key * valid).sum(dim=-1)  # (...,)
+    total = torch.where(valid, on_key, 0.0).sum(dim=-1)  # (...,): rows t < period never read
     return total / valid.sum(dim=-1)  # (...,)
 
 

@@ -85,8 +85,9 @@ class RollingKVCache(KVCache):
     the next token is at position ``len(cache)``), while ``n_cached`` counts the ones held,
     at most ``window``. :meth:`append` returns the held positions followed by the new ones
     (``n_cached + T``, all that the T new queries of a window-``window`` layer can see; attend
-    with ``sliding_window_mask(T, n_cached + T, window)``), then drops all but the last
-    ``window``. Memory is constant in the length of the text.
+    with ``sliding_window_mask(T, window, n_cached + T)``), then drops all but the last
+    ``window``. Memory is constant in the length of the text. A layer with a smaller window
+    may use it too: its mask then reads only the last keys of those returned.
     """
 
     def __init__(self, window: int) -> None:
@@ -123,8 +124,9 @@ class RollingKVCache(KVCache):
             all_keys = torch.cat([self.keys, keys], dim=2)  # (B, H_kv, n_cached + T, d_head)
             all_values = torch.cat([self.values, values], dim=2)  # (B, H_kv, n_cached + T, d)
         self.seen += keys.size(2)
-        self.keys = all_keys[:, :, -self.window :].clone()  # (B, H_kv, <= window, d_head)
-        self.values = all_values[:, :, -self.window :].clone()  # (B, H_kv, <= window, d_head)
+        first_kept = max(0, all_keys.size(2) - self.window)
+        self.keys = all_keys[:, :, first_kept:].clone()  # (B, H_kv, <= window, d_head)
+        self.values = all_values[:, :, first_kept:].clone()  # (B, H_kv, <= window, d_head)
         return all_keys, all_values
 
 

@@ -95,7 +95,7 @@ def sliding_window_mask(
     The T queries are the *last* T of the S positions (bottom-right, as after a cache), so the
     query at absolute position p = i + (S - T) sees the keys j with p - window < j <= p:
     ``window`` counts the keys a query sees, itself included, so ``window=1`` is "only
-    yourself" and ``window >= S`` is the plain causal mask. ``key_len`` defaults to
+    yourself" and ``window >= S`` (however large) is the plain causal mask. ``key_len`` defaults to
     ``query_len``. Mistral's and Gemma's local layers use this mask; stacked, L such layers let
     information travel about L * (window - 1) positions.
     """
@@ -108,6 +108,7 @@ def sliding_window_mask(
             f"key_len: the {query_len} queries are the last of the key positions, so key_len "
             f"must be >= query_len = {query_len}, got {key_len}"
         )
+    window = min(window, key_len)  # a wider window sees no more keys, and fits in int64
     query_pos = torch.arange(key_len - query_len, key_len, device=device)[:, None]  # (T, 1)
     key_pos = torch.arange(key_len, device=device)[None, :]  # (1, S)
     return (key_pos <= query_pos) & (key_pos > query_pos - window)  # (T, S)

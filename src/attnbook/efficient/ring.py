@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from attnbook.core._checks import check_attention_inputs, check_choice, shape_of
 from attnbook.core.attention import scaled_dot_product_attention
@@ -33,7 +32,12 @@ from attnbook.efficient.sharding import (
     shard_sequence,
     unshard_sequence,
 )
-from attnbook.efficient.tiled import attention_block, attention_block_backward, merge_partials
+from attnbook.efficient.tiled import (
+    attention_block,
+    attention_block_backward,
+    merge_partials,
+    refuse_graph_of_gradients,
+)
 
 METHODS = ("all_gather", "ring")
 _NEG_INF = float("-inf")
@@ -308,7 +312,9 @@ def ring_attention(
 
     Differentiable across ranks: every rank of the group must run the backward pass (it is a
     second ring, see :func:`_ring_backward`), and each gets the gradients of its own shards,
-    equal to the matching slices of the gradients of attention over the full sequence.
+    equal to the matching slices of the gradients of attention over the full sequence. Only
+    first-order gradients: with ``create_graph=True`` the backward pass raises a RuntimeError
+    on every rank rather than silently drop the second-order terms.
 
     Raises ValueError (on every rank alike) if any rank's arguments are bad (the message says
     which rank), the shards differ across ranks in shape or dtype, the ranks pass different
@@ -445,8 +451,8 @@ class _RingAttention(torch.autograd.Function):
         return output.to(value.dtype)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_output):
+        refuse_graph_of_gradients("ring_attention")
         grads = _ring_backward(grad_output, ctx.saved_tensors, ctx.plan)
         inputs = ctx.saved_tensors[:3]
         reduced = [
@@ -454,6 +460,29 @@ class _RingAttention(torch.autograd.Function):
             for grad, tensor in zip(grads, inputs, strict=True)
         ]  # each gradient summed over the batch dims its input broadcast along
         return (*reduced, None, None)
+
+
+class _AllGather(torch.autograd.Function):
+    """``dist.all_gather`` with a backward pass: the shards of every rank, stacked.
+
+    Forward: this rank's shard (...) -> (P, ...), rank r's shard at index r. Every rank's
+    output depends on every shard, so the gradient of this rank's shard is the sum over ranks
+    of the gradient each one holds for index ``rank``: an all-reduce, then this rank's slice.
+    """
+
+    @staticmethod
+    def forward(ctx, shard, rank, world_size, group):
+        ctx.rank, ctx.group = rank, group
+        gathered = [torch.empty_like(shard) for _ in range(world_size)]  # P x (...)
+        dist.all_gather(gathered, shard.contiguous(), group=group)
+        return torch.stack(gathered)  # (P, ...)
+
+    @staticmethod
+    def backward(ctx, grad_gathered):
+        refuse_graph_of_gradients("all_gather_attention")
+        summed = grad_gathered.contiguous().clone()  # (P, ...), reduced in place
+        dist.all_reduce(summed, group=ctx.group)
+        return summed[ctx.rank], None, None, None
 
 
 def all_gather_attention(
@@ -474,14 +503,18 @@ def all_gather_attention(
     and value, (..., S, d) and (..., S, d_v), and its (..., T/P, S) scores: memory per rank
     still grows with S. ``lengths`` and errors as in :func:`ring_attention`. Uses the explicit
     :func:`attnbook.scaled_dot_product_attention`.
+
+    Differentiable across ranks, as training with it needs: the query's gradient is local, and
+    the gathers' backward pass sums every rank's gradient of each key/value shard and hands it
+    to the shard's owner (an all-reduce), so every rank of the group must run the backward
+    pass. Only first-order gradients: ``create_graph=True`` raises a RuntimeError.
     """
     rank, world_size = _check_shards(query, key, value, layout, group, lengths, scale)
-    keys = [torch.empty_like(key) for _ in range(world_size)]  # P x (..., S/P, d)
-    values = [torch.empty_like(value) for _ in range(world_size)]  # P x (..., S/P, d_v)
-    dist.all_gather(keys, key.contiguous(), group=group)
-    dist.all_gather(values, value.contiguous(), group=group)
-    full_key = unshard_sequence(keys, layout)  # (..., S, d)
-    full_value = unshard_sequence(values, layout)  # (..., S, d_v)
+    # P x (..., S/P, d) and P x (..., S/P, d_v): every rank's shard
+    keys = _AllGather.apply(key, rank, world_size, group).unbind(0)
+    values = _AllGather.apply(value, rank, world_size, group).unbind(0)
+    full_key = unshard_sequence(list(keys), layout)  # (..., S, d)
+    full_value = unshard_sequence(list(values), layout)  # (..., S, d_v)
     mask = None
     if is_causal:
         T, S = query.size(-2) * world_size, key.size(-2) * world_size

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from attnbook.core._checks import check_attention_inputs, check_floating, check_int
 from attnbook.core.masks import ALIGNMENTS
@@ -272,6 +271,23 @@ def _tiled_backward(
     return grad_query, grad_key, grad_value
 
 
+def refuse_graph_of_gradients(name: str) -> None:
+    """Raise inside a custom backward pass that is asked to build a graph of its gradients.
+
+    The backward passes of :func:`tiled_attention` and ring attention are not themselves
+    differentiable: with ``create_graph=True`` (a gradient penalty, a Hessian-vector product)
+    autograd would return gradients without their second-order terms and say nothing. Autograd
+    runs a backward pass with grad mode on exactly when ``create_graph=True``.
+    """
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            f"{name}: no second-order gradients: its backward pass is not differentiable, so "
+            "autograd.grad(..., create_graph=True) through it would silently drop the "
+            "second-order terms. Use attnbook.scaled_dot_product_attention where a gradient "
+            "of a gradient is needed"
+        )
+
+
 class _TiledAttention(torch.autograd.Function):
     """Tiled attention with a memory-efficient backward: saves q, k, v, the output and lse."""
 
@@ -285,8 +301,8 @@ class _TiledAttention(torch.autograd.Function):
         return output.to(value.dtype)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_output):
+        refuse_graph_of_gradients("tiled_attention")
         grads = _tiled_backward(grad_output, ctx.saved_tensors, *ctx.options)
         inputs = ctx.saved_tensors[:3]
         reduced = [
@@ -324,6 +340,9 @@ def tiled_attention(
     per-row log-sum-exp (..., T, 1); the backward pass recomputes each tile's probabilities
     from the log-sum-exp and accumulates dq, dk, dv tile by tile (FlashAttention's backward,
     Dao et al., 2022, Algorithm 4, in FlashAttention-2's arrangement). A mask gets no gradient.
+    Only first-order gradients: that backward pass is not itself differentiable, so
+    ``torch.autograd.grad(..., create_graph=True)`` through it raises a RuntimeError (every
+    time) rather than return gradients that silently lack their second-order terms.
 
     mask: boolean (True = attend) or floating (added), broadcastable to (..., T, S), as in the
     library's explicit function. ``is_causal``: query i sees keys 0..i (``causal_align=

@@ -299,13 +299,15 @@ class GroupedQueryAttention(nn.Module):
         return output, weights
 
     def _check_window_call(self, is_causal: bool, cache: KVCache | None) -> None:
-        """A sliding-window layer is causal, and a rolling cache belongs to a window layer."""
+        """A sliding-window layer is causal, and a rolling cache holds at least its window."""
         if self.window is not None and not is_causal:
             raise ValueError(
                 f"is_causal: this layer has a sliding window (window = {self.window}), which is "
                 f"a causal mask; call it with is_causal=True and no mask"
             )
-        if isinstance(cache, RollingKVCache) and cache.window != self.window:
+        if isinstance(cache, RollingKVCache) and (
+            self.window is None or cache.window < self.window
+        ):
             raise ValueError(
                 f"cache: a RollingKVCache of window {cache.window} holds too few positions for "
                 f"this layer (window = {self.window}); use the layer's new_cache()"

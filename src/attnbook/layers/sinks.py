@@ -97,6 +97,8 @@ def add_sinks_from_lse(output: Tensor, lse: Tensor, sinks: Tensor) -> Tensor:
     from the same attention without sinks (a fused kernel returns both). With a sink s the
     denominator grows from e^lse to e^lse + e^s, so every weight shrinks by the factor
     e^lse / (e^lse + e^s) = sigmoid(lse - s): the output does too, and no kernel has to change.
+    A row with no key to attend to (lse = -inf) stays 0 whatever its sink, -inf included, as in
+    :func:`attention_with_sinks`; gradients stay finite.
     """
     _check_sinks(sinks, output)
     check_tensor("lse", lse, "(..., H, T)", rank=output.dim() - 1)
@@ -105,7 +107,9 @@ def add_sinks_from_lse(output: Tensor, lse: Tensor, sinks: Tensor) -> Tensor:
             f"lse: expected shape (..., H, T) = {tuple(output.shape[:-1])} as output without its "
             f"last dim, got lse.shape = {shape_of(lse)}"
         )
-    keep = torch.sigmoid(lse - sinks.to(lse.dtype)[:, None])  # (..., H, T)
+    no_keys = lse == float("-inf")  # (..., H, T): lse - s would be NaN for a sink of -inf
+    gap = torch.where(no_keys, float("-inf"), lse - sinks.to(lse.dtype)[:, None])  # (..., H, T)
+    keep = torch.sigmoid(gap)  # (..., H, T)
     return output * keep[..., None].to(output.dtype)  # (..., H, T, d_v)
 
 

@@ -3,6 +3,7 @@
 from matplotlib.figure import Figure
 
 from attnbook.book.diagrams._draw import BLUE, GREEN, LIGHT, ORANGE, SKY, YELLOW, arrow, box, canvas
+from attnbook.core._checks import check_int
 
 
 def self_attention_dataflow(*, T: int = 6, D: int = 16, d_head: int = 8) -> Figure:
@@ -11,6 +12,9 @@ def self_attention_dataflow(*, T: int = 6, D: int = 16, d_head: int = 8) -> Figu
     The shapes are given in the book's notation and, for the chapter's example, in numbers
     (``T`` tokens of width ``D``, one head of width ``d_head``; S = T keys).
     """
+    check_int("T", T)
+    check_int("D", D)
+    check_int("d_head", d_head)
     ax = canvas(14.0, 5.2, inches_per_unit=0.62)
     box(ax, 0.2, 2.1, 1.7, 1.0, f"x\n(T, D) = ({T}, {D})", color=LIGHT, fontsize=9)
     rows = [("Q", "T", 3.8, "$W_q$", BLUE), ("K", "S", 2.1, "$W_k$", ORANGE)]

@@ -3,6 +3,7 @@
 from matplotlib.figure import Figure
 
 from attnbook.book.diagrams._draw import LIGHT, SKY, arrow, box, canvas, label
+from attnbook.core._checks import check_int
 
 __all__ = ["mla_data_flow"]
 
@@ -14,6 +15,9 @@ def mla_data_flow(*, latent_dim: int = 512, rope_dim: int = 64, head_dim: int = 
     rotary key k_R (``rope_dim``). The up-projections W_UK and W_UV rebuild each head's content
     key and value from c_KV; the absorbed form folds them into the query and output instead.
     """
+    check_int("latent_dim", latent_dim)
+    check_int("rope_dim", rope_dim)
+    check_int("head_dim", head_dim)
     ax = canvas(12, 7.6)
     box(ax, 0.2, 3.4, 1.1, 0.9, "x_t\n(D)")
     box(ax, 4.0, 6.2, 2.4, 0.9, f"q_C per head\n(H, {head_dim})")

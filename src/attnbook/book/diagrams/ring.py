@@ -5,6 +5,7 @@ import math
 from matplotlib.figure import Figure
 
 from attnbook.book.diagrams._draw import BLUE, GREEN, ORANGE, PINK, arrow, box, canvas, label
+from attnbook.core._checks import check_int
 
 SHARD_COLORS = (BLUE, ORANGE, GREEN, PINK)
 
@@ -22,10 +23,7 @@ def ring_steps(*, world_size: int = 4) -> Figure:
     colour beside its queries; arrows show the shard moving on to rank r + 1 for the next
     step. After P steps every query shard has met every key/value shard once.
     """
-    if not 2 <= world_size <= len(SHARD_COLORS):
-        raise ValueError(
-            f"world_size: expected an int in [2, {len(SHARD_COLORS)}], got {world_size!r}"
-        )
+    check_int("world_size", world_size, low=2, high=len(SHARD_COLORS))
     panel, radius = 4.4, 1.35
     ax = canvas(panel * world_size, panel + 0.6, inches_per_unit=0.55)
     for step in range(world_size):

@@ -6,6 +6,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Arc, Circle
 
 from attnbook.book.diagrams._draw import BLACK, BLUE, ORANGE, arrow, canvas, label
+from attnbook.core._checks import check_int
 
 __all__ = ["rope_rotation"]
 
@@ -68,6 +69,9 @@ def rope_rotation(*, theta: float = math.radians(25), shift: int = 3) -> Figure:
     m·θ and the key by n·θ. The right panel moves both positions by ``shift``: both vectors
     turn further, and the angle between them, hence their dot product, stays the same.
     """
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or not math.isfinite(theta):
+        raise ValueError(f"theta: expected a finite angle in radians, got {theta!r}")
+    check_int("shift", shift, low=0)
     ax = canvas(10, 5)
     q_angle, k_angle = math.radians(40), math.radians(0)
     _panel(ax, (2.5, 2.7), 2, 1, theta, q_angle, k_angle)

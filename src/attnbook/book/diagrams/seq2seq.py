@@ -4,6 +4,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from attnbook.book.diagrams._draw import BLUE, LIGHT, ORANGE, SKY, arrow, box, canvas, label
+from attnbook.core._checks import check_int
 
 _PANEL = 7.2  # width of one panel in diagram units
 _BOX_W, _BOX_H = 0.9, 0.6
@@ -87,6 +88,8 @@ def seq2seq_decoders(*, n_inputs: int = 4, n_steps: int = 3) -> Figure:
     s_{t-1} queries every annotation h_j and the weighted average c_t feeds step t's state
     s_t and its output y_t.
     """
+    check_int("n_inputs", n_inputs)
+    check_int("n_steps", n_steps)
     ax = canvas(2 * _PANEL, 6.7, inches_per_unit=0.62)
     _plain_panel(ax, 0.0, n_inputs, n_steps)
     _attention_panel(ax, _PANEL, n_inputs, n_steps)

@@ -3,6 +3,23 @@
 from matplotlib.figure import Figure
 
 from attnbook.book.diagrams._draw import BLUE, LIGHT, ORANGE, SKY, box, canvas, label
+from attnbook.core._checks import check_int
+
+
+def _check_current(current: object, n_query_blocks: int, n_key_blocks: int) -> None:
+    """``current`` is a (row, column) tile of the grid that the causal mask does not skip."""
+    is_pair = isinstance(current, tuple) and len(current) == 2
+    ints = is_pair and all(isinstance(i, int) and not isinstance(i, bool) for i in current)
+    if (
+        not ints
+        or not (0 <= current[1] <= current[0] < n_query_blocks)
+        or (current[1] >= n_key_blocks)
+    ):
+        raise ValueError(
+            f"current: expected a (row, column) pair of ints with 0 <= column <= row, row < "
+            f"n_query_blocks = {n_query_blocks} and column < n_key_blocks = {n_key_blocks} "
+            f"(a tile the causal mask keeps), got {current!r}"
+        )
 
 
 def tiling_grid(
@@ -17,6 +34,9 @@ def tiling_grid(
     key/value blocks being read. The rows of queries are independent (FlashAttention-2's outer
     loop); each walks along its key blocks.
     """
+    check_int("n_query_blocks", n_query_blocks)
+    check_int("n_key_blocks", n_key_blocks)
+    _check_current(current, n_query_blocks, n_key_blocks)
     ax = canvas(n_key_blocks + 4.6, n_query_blocks + 2.4, inches_per_unit=0.75)
     top = n_query_blocks + 1.0
     row_now, col_now = current
