@@ -11,6 +11,7 @@ the blocks in place instead of gathering them; the arithmetic is the same.
 from torch import Tensor
 
 from attnbook.core.attention import attend
+from attnbook.core.trace import record
 from attnbook.serving.paged_cache import PagedKVCache
 
 
@@ -37,7 +38,10 @@ def paged_attention(
     head h reads key/value head ``h // (H // H_kv)``. Returns (B, H, T, d_head).
     """
     keys, values = gather_kv(cache, layer, tables)  # (B, H_kv, S, d_head) each
+    record("k pages", keys, "B H_kv S d_head", "keys gathered through the block tables")
+    record("v pages", values, "B H_kv S d_head", "values gathered through the block tables")
     key_positions = positions.new_tensor(range(keys.size(2)))  # (S,)
     visible = key_positions[None, None, :] <= positions[:, :, None]  # (B, T, S)
+    record("visible", visible, "B T S", "slot s holds position s: visible up to the query's")
     heads, _ = attend(q, keys, values, visible[:, None])  # (B, H, T, d_head)
     return heads

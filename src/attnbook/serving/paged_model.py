@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from attnbook.core.heads import merge_heads, split_heads
 from attnbook.core.positions import apply_rope
+from attnbook.core.trace import record
 from attnbook.layers.multihead import GroupedQueryAttention
 from attnbook.serving.paged_attention import paged_attention
 from attnbook.serving.paged_cache import PagedKVCache
@@ -59,6 +60,8 @@ def paged_self_attention(
     q = split_heads(attention.q_proj(x), attention.n_heads)  # (B, H, T, d_head)
     k = split_heads(attention.k_proj(x), attention.n_kv_heads)  # (B, H_kv, T, d_head)
     v = split_heads(attention.v_proj(x), attention.n_kv_heads)  # (B, H_kv, T, d_head)
+    record("q", q, "B H T d_head", "queries of the new tokens")
+    record("k", k, "B H_kv T d_head", "new keys, written into the sequences' blocks")
     if attention.rope:
         q, k = _rotate(q, positions, attention), _rotate(k, positions, attention)
     for row, seq_id in enumerate(seq_ids):
@@ -84,4 +87,6 @@ def paged_forward(
         x = x + attended  # (B, T, D)
         if block.mlp is not None:
             x = x + block.mlp(block.mlp_norm(x))  # (B, T, D)
-    return model.lm_head(model.final_norm(x))  # (B, T, V)
+    logits = model.lm_head(model.final_norm(x))  # (B, T, V)
+    record("logits", logits, "B T V", "one row per sequence, each at its own position")
+    return logits
