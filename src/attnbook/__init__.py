@@ -187,3 +187,36 @@ __all__ = [
 from attnbook.models.seq2seq_training import load_reversal_models  # noqa: E402
 
 __all__ += ["load_reversal_models"]
+
+# Chapter 17: serving attention (paged KV cache, continuous batching, prefix sharing, KIVI).
+from attnbook.serving import (  # noqa: E402
+    CacheFullError,
+    PagedKVCache,
+    PrefixTable,
+    QuantizedKV,
+    ServingEngine,
+    attention_error,
+    block_hashes,
+    kv_utilisation,
+    paged_attention,
+    paged_forward,
+    quantize,
+    random_workload,
+    serve,
+)
+
+__all__ += [
+    "CacheFullError",
+    "PagedKVCache",
+    "PrefixTable",
+    "QuantizedKV",
+    "ServingEngine",
+    "attention_error",
+    "block_hashes",
+    "kv_utilisation",
+    "paged_attention",
+    "paged_forward",
+    "quantize",
+    "random_workload",
+    "serve",
+]

@@ -40,6 +40,7 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
+from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
 
 __all__ = [
     "ExerciseError",
@@ -49,6 +50,7 @@ __all__ = [
     "check_cache_bytes_per_token",
     "check_concat_scores",
     "check_find_circuit",
+    "check_gather_keys",
     "check_head_importance",
     "check_head_projection",
     "check_induction_share",
@@ -56,6 +58,7 @@ __all__ = [
     "check_latent_scores",
     "check_merge_partials",
     "check_online_logsumexp",
+    "check_paged_slots",
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
     "check_previous_share",

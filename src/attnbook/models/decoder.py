@@ -280,6 +280,38 @@ class TinyDecoder(nn.Module):
         record("embedded", x, "B T D", "token + position embeddings" if additive else "tokens")
         return x
 
+    def embed_at(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Token embeddings (B, T, D) of ``tokens`` (B, T) at explicit ``positions`` (B, T).
+
+        What :meth:`forward` feeds its first block, for callers whose rows sit at different
+        positions (a serving engine batching sequences of different lengths): learned or
+        sinusoidal position embeddings are added at each row's own positions; with ``"rope"``,
+        ``"alibi"`` or ``"none"`` the positions enter inside attention, so only the tokens are
+        embedded. Positions are int64 in [0, max_len) for learned embeddings, >= 0 otherwise.
+        """
+        check_tensor("positions", positions, "(B, T)", rank=2)
+        if positions.shape != tokens.shape:
+            raise ValueError(
+                f"positions: expected the shape of tokens {shape_of(tokens)}, got "
+                f"{shape_of(positions)}"
+            )
+        limit = self.max_len if self.positions == "learned" else None
+        if positions.numel() and (
+            positions.min() < 0 or (limit is not None and positions.max() >= limit)
+        ):
+            expected = f"[0, max_len = {limit})" if limit is not None else ">= 0"
+            raise ValueError(
+                f"positions: expected values in {expected}, got values from "
+                f"{positions.min().item()} to {positions.max().item()}"
+            )
+        x = self.token_embedding(self._check_tokens(tokens, 0))  # (B, T, D)
+        if self.positions == "learned":
+            x = x + self.position_embedding(positions)  # (B, T, D)
+        elif self.positions == "sinusoidal":
+            table = sinusoidal_encoding(positions.flatten(), x.size(-1), dtype=x.dtype)  # (BT, D)
+            x = x + table.view_as(x)  # (B, T, D)
+        return x
+
     def _attention_mask(
         self, query_len: int, past: int, dtype: torch.dtype, device
     ) -> Tensor | None:

@@ -13,11 +13,13 @@ from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
+from attnbook.book.diagrams.serving import block_tables
 from attnbook.book.diagrams.tiling import tiling_grid
 
 __all__ = [
     "attention_options",  # chapter 15
     "book_map",  # the introduction
+    "block_tables",  # chapter 17
     "head_split",  # chapter 5
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
