@@ -898,3 +898,9 @@ def test_attention_backward_checker(capsys):
         return attention_backward(q, k, v, out, torch.zeros_like(lse), d_out, scale)
 
     expect_message(check, unnormalised, "dv is wrong")
+
+
+# Chapter 18 (its tests are in test_exercises_ch18.py)
+from solutions_ch18 import SOLUTIONS_CH18  # noqa: E402
+
+SOLUTIONS.update(SOLUTIONS_CH18)

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from attnbook.bench import attention, decoding, ring, training
+from attnbook.bench import attention, decoding, linear, ring, training
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     print(decoding.run(args.quick), flush=True)
     print(flush=True)
     print(ring.run(args.quick), flush=True)
+    print(flush=True)
+    print(linear.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

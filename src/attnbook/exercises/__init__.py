@@ -39,6 +39,7 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
+from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
 
 __all__ = [
     "ExerciseError",
@@ -46,7 +47,9 @@ __all__ = [
     "check_attention_backward",
     "check_attention_parameter_count",
     "check_cache_bytes_per_token",
+    "check_chunk_decays",
     "check_concat_scores",
+    "check_delta_rule_step",
     "check_find_circuit",
     "check_head_importance",
     "check_head_projection",

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from attnbook.core._checks import check_head_mask, check_int, check_model_input
+from attnbook.core.trace import record
 from attnbook.linear.delta_rule import gated_delta_rule
 from attnbook.linear.state import RecurrentState
 
@@ -98,6 +99,7 @@ class GatedDeltaNet(nn.Module):
         q = F.normalize(q, dim=-1) / math.sqrt(self.head_dim)  # (B, H, T, d_head)
         k = F.normalize(k, dim=-1)  # (B, H, T, d_head)
         alpha, beta = self.gates(x)  # (B, H, T)
+        record("alpha", alpha, "B H T", "decay per token and head, in (0, 1]")
         chunk = None if x.size(1) == 1 else self.chunk_size
         return gated_delta_rule(q, k, v, alpha, beta, chunk_size=chunk, initial_state=memory)
 
@@ -123,12 +125,17 @@ class GatedDeltaNet(nn.Module):
         # (B, T, 3D), (B, K - 1, 3D)
         mixed, conv_inputs = self._convolve(self.qkv_proj(x), past_conv)
         q, k, v = (self._heads(part) for part in mixed.chunk(3, dim=-1))  # (B, H, T, d_head)
+        record("q", q, "B H T d_head", "queries after the short convolution")
+        record("v", v, "B H T d_head", "values, one per head")
         # (B, H, T, d_head), (B, H, d_head, d_head) or None
         out, memory = self.mix(q, k, v, x, memory)
+        if memory is not None:
+            record("state", memory, "B H d_head d_head", "the memory S after the last token")
         if cache is not None:
             cache.update(memory, conv_inputs, x.size(1))
         out = self.norm(out)  # (B, H, T, d_head)
         if head_mask is not None:
             out = out * head_mask.reshape(-1, self.n_heads, 1, 1)  # (B, H, T, d_head)
         out = out.transpose(1, 2).flatten(2)  # (B, T, D)
+        record("merged", out, "B T D", "heads, normalised, concatenated")
         return self.out_proj(out * F.silu(self.gate_proj(x))), None  # (B, T, D)
