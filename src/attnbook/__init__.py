@@ -220,3 +220,26 @@ __all__ += [
     "random_workload",
     "serve",
 ]
+
+# Chapter 18: linear attention, the delta rule, Gated DeltaNet and the recall experiment.
+from attnbook.linear.delta_rule import gated_delta_rule  # noqa: E402
+from attnbook.linear.gated_deltanet import GatedDeltaNet  # noqa: E402
+from attnbook.linear.linear_attention import (  # noqa: E402
+    linear_attention,
+    linear_attention_weights,
+)
+from attnbook.linear.linear_layer import LinearAttentionLayer  # noqa: E402
+from attnbook.linear.state import RecurrentState  # noqa: E402
+from attnbook.models.recall import load_recall_models, mqar_batch, recall_accuracy  # noqa: E402
+
+__all__ += [
+    "GatedDeltaNet",
+    "LinearAttentionLayer",
+    "RecurrentState",
+    "gated_delta_rule",
+    "linear_attention",
+    "linear_attention_weights",
+    "load_recall_models",
+    "mqar_batch",
+    "recall_accuracy",
+]

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from attnbook.bench import attention, decoding, ring, serving, training
+from attnbook.bench import attention, decoding, linear, ring, serving, training
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     print(ring.run(args.quick), flush=True)
     print(flush=True)
     print(serving.run(args.quick), flush=True)
+    print(flush=True)
+    print(linear.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

@@ -41,6 +41,7 @@ from attnbook.exercises.ch15 import (
     check_sink_window_mask,
 )
 from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
+from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
 
 __all__ = [
     "ExerciseError",
@@ -48,7 +49,9 @@ __all__ = [
     "check_attention_backward",
     "check_attention_parameter_count",
     "check_cache_bytes_per_token",
+    "check_chunk_decays",
     "check_concat_scores",
+    "check_delta_rule_step",
     "check_find_circuit",
     "check_gather_keys",
     "check_head_importance",

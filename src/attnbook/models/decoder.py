@@ -26,6 +26,8 @@ from attnbook.core.positions import alibi_bias, sinusoidal_encoding
 from attnbook.core.trace import record
 from attnbook.layers.latent import MultiHeadLatentAttention
 from attnbook.layers.multihead import GroupedQueryAttention
+from attnbook.linear.gated_deltanet import GatedDeltaNet
+from attnbook.linear.linear_layer import LinearAttentionLayer
 
 
 def make_attention(
@@ -66,6 +68,25 @@ def make_attention(
         raise ValueError(f"rope_dim: only latent attention (kv_latent_dim) has one, got {rope_dim}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     return GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope=rope, output_gate=output_gate)
+
+
+LAYER_KINDS = {"A": "softmax attention", "G": "Gated DeltaNet", "L": "linear attention"}
+
+
+def _check_layer_pattern(layer_pattern: str | None, n_layers: int) -> str:
+    """The pattern as a string of n_layers letters from LAYER_KINDS ("A" * L when None)."""
+    if layer_pattern is None:
+        return "A" * n_layers
+    if (
+        not isinstance(layer_pattern, str)
+        or len(layer_pattern) != n_layers
+        or not set(layer_pattern) <= set(LAYER_KINDS)
+    ):
+        raise ValueError(
+            f"layer_pattern: expected {n_layers} letters (n_layers), each one of "
+            f"{LAYER_KINDS}, got {layer_pattern!r}"
+        )
+    return layer_pattern
 
 
 def attention_kind(attention: nn.Module) -> str:
@@ -163,6 +184,15 @@ def _check_position_scheme(
         )
 
 
+def _make_mixer(kind: str, d_model: int, n_heads: int, attention: dict) -> nn.Module:
+    """The token-mixing module of one layer: ``kind`` is a letter of LAYER_KINDS."""
+    if kind == "G":
+        return GatedDeltaNet(d_model, n_heads)
+    if kind == "L":
+        return LinearAttentionLayer(d_model, n_heads)
+    return make_attention(d_model, n_heads, **attention)
+
+
 class TinyDecoder(nn.Module):
     """A decoder-only model: token and position embeddings, ``n_layers`` blocks, an LM head.
 
@@ -189,6 +219,12 @@ class TinyDecoder(nn.Module):
     ``attention_only=True`` builds every block without its MLP, the attention-only models in
     which Elhage et al. traced circuits. ``output_gate=True`` gives every layer gated attention
     (:class:`attnbook.GroupedQueryAttention`'s output gate).
+
+    ``layer_pattern`` mixes layer kinds, one letter per layer: ``"A"`` the softmax attention
+    above, ``"G"`` a :class:`attnbook.GatedDeltaNet`, ``"L"`` a
+    :class:`attnbook.LinearAttentionLayer` (both with ``n_heads`` heads); ``"GGGA"`` is a 3:1
+    hybrid as in Qwen3-Next. None (the default) is ``"A"`` for every layer. The linear layers
+    refuse ALiBi's bias (a mask) and have no weights to return (chapter 18).
     """
 
     def __init__(
@@ -206,6 +242,7 @@ class TinyDecoder(nn.Module):
         positions: str = "learned",
         attention_only: bool = False,
         output_gate: bool = False,
+        layer_pattern: str | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -215,6 +252,7 @@ class TinyDecoder(nn.Module):
         ):
             check_int(name, value)
         _check_position_scheme(positions, d_model, kv_latent_dim, rope_dim)
+        self.layer_pattern = _check_layer_pattern(layer_pattern, n_layers)
         self.vocab_size = vocab_size
         self.max_len = max_len
         self.positions = positions
@@ -232,19 +270,20 @@ class TinyDecoder(nn.Module):
         }
         self.blocks = nn.ModuleList(
             DecoderBlock(
-                make_attention(d_model, n_heads, **attention),
+                _make_mixer(kind, d_model, n_heads, attention),
                 width,
                 attention_only=attention_only,
             )
-            for _ in range(n_layers)
+            for kind in self.layer_pattern
         )
         self.final_norm = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
 
     @property
     def variant(self) -> str:
-        """``"mha"``, ``"gqa"``, ``"mqa"`` or ``"mla"``, read off the layers themselves."""
-        return attention_kind(self.blocks[0].attention)
+        """``"mha"``, ``"gqa"``, ``"mqa"`` or ``"mla"``, read off the (first softmax) layer."""
+        first = self.layer_pattern.find("A")
+        return "linear" if first < 0 else attention_kind(self.blocks[first].attention)
 
     def new_caches(self) -> list:
         """One empty cache per layer, made by the layer's attention (``new_cache()``)."""

@@ -10,6 +10,7 @@ from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.modern import attention_options
+from attnbook.book.diagrams.linear import cache_versus_state
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
@@ -20,6 +21,7 @@ __all__ = [
     "attention_options",  # chapter 15
     "book_map",  # the introduction
     "block_tables",  # chapter 17
+    "cache_versus_state",  # chapter 18
     "head_split",  # chapter 5
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10

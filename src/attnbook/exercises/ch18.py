@@ -1,0 +1,104 @@
+"""Chapter 18's exercise checkers: the gated delta rule's update and the chunk's decay matrix."""
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from attnbook.exercises._common import (
+    _as_tensor,
+    _call,
+    _checker,
+    _close,
+    _fail,
+    _generator,
+    _succeed,
+)
+
+# Chapter 18: linear attention and the delta rule.
+
+
+def _step_case(seed: int, d_k: int = 4, d_v: int = 3):
+    generator = _generator(seed)
+    state = torch.randn(d_k, d_v, generator=generator, dtype=torch.float64)
+    k = torch.randn(d_k, generator=generator, dtype=torch.float64)
+    k = k / k.norm()
+    v = torch.randn(d_v, generator=generator, dtype=torch.float64)
+    return state, k, v
+
+
+@_checker
+def check_delta_rule_step(fn: Callable[[Tensor, Tensor, Tensor, float, float], Tensor]) -> None:
+    """``fn(S (d_k, d_v), k (d_k), v (d_v), alpha, beta)`` -> S_t of the gated delta rule."""
+    for seed, alpha, beta in [(0, 1.0, 1.0), (1, 1.0, 0.5), (2, 0.8, 0.7), (3, 0.5, 0.0)]:
+        state, k, v = _step_case(seed)
+        call = f"delta_rule_step(S (4, 3), k (4,), v (3,), alpha={alpha}, beta={beta})"
+        result = _as_tensor(
+            _call(fn, call, state.clone(), k.clone(), v.clone(), alpha, beta), call, "a tensor"
+        )
+        if tuple(result.shape) != (4, 3):
+            _fail(
+                f"{call} should return the new state of shape (d_k, d_v) = (4, 3), got "
+                f"{tuple(result.shape)}"
+            )
+        recalled = state.T @ k  # (d_v,)
+        expected = alpha * state + beta * torch.outer(k, v - alpha * recalled)  # (d_k, d_v)
+        if _close(result, expected, atol=1e-6):
+            continue
+        if _close(result, alpha * state + beta * torch.outer(k, v), atol=1e-6):
+            _fail(
+                f"{call}: you added beta k v^T, linear attention's write; write v minus what "
+                "alpha S already holds under k"
+            )
+        if _close(result, alpha * state + beta * torch.outer(k, v - recalled), atol=1e-6):
+            _fail(
+                f"{call}: the correction reads S before its decay; read what alpha S holds "
+                "(S_t = alpha (I - beta k k^T) S + beta k v^T)"
+            )
+        if _close(result, state + beta * torch.outer(k, v - recalled), atol=1e-6):
+            _fail(f"{call}: S was not decayed: multiply the old state by alpha")
+        _fail(f"{call}: expected alpha (I - beta k k^T) S + beta k v^T")
+    _succeed("S_t = alpha (I - beta k k^T) S + beta k v^T: decay, erase what k held, write v")
+
+
+@_checker
+def check_chunk_decays(fn: Callable[[Tensor], Tensor]) -> None:
+    """``fn(alpha (C,))`` -> (C, C): gamma_t / gamma_i for i <= t, 0 above (gamma = cumprod)."""
+    for alpha in ([0.5, 0.5, 0.5], [0.9, 0.2, 1.0, 0.7], [1.0], [0.3, 0.6, 0.9, 0.99, 0.5]):
+        alpha = torch.tensor(alpha, dtype=torch.float64)
+        size = alpha.numel()
+        call = f"chunk_decays(alpha = {alpha.tolist()})"
+        result = _as_tensor(_call(fn, call, alpha.clone()), call, "a tensor")
+        if tuple(result.shape) != (size, size):
+            _fail(
+                f"{call} should return shape (C, C) = ({size}, {size}), got {tuple(result.shape)}"
+            )
+        if not torch.isfinite(result).all():
+            _fail(
+                f"{call}: found inf or NaN; set the entries above the diagonal to 0 (no query "
+                "sees a later key)"
+            )
+        gamma = alpha.cumprod(0)
+        expected = (gamma[:, None] / gamma[None, :]).tril()
+        if _close(result, expected, atol=1e-9):
+            continue
+        if _close(result, expected.T, atol=1e-9):
+            _fail(
+                f"{call}: rows are queries t, columns keys i: return gamma_t / gamma_i below "
+                "the diagonal"
+            )
+        if _close(result, (gamma[:, None] / gamma[None, :]).tril(-1), atol=1e-9):
+            _fail(
+                f"{call}: the diagonal must be 1: a token's own write is not decayed at its "
+                "own step"
+            )
+        if _close(result, expected * alpha[None, :], atol=1e-9):
+            _fail(
+                f"{call}: key i's write is added after alpha_i decays the old state, so it "
+                "decays by alpha_(i+1) ... alpha_t only"
+            )
+        _fail(
+            f"{call}: expected gamma_t / gamma_i (the product alpha_(i+1) ... alpha_t) on "
+            "and below the diagonal"
+        )
+    _succeed("entry (t, i) is alpha_(i+1) ... alpha_t, 1 on the diagonal, 0 above it")

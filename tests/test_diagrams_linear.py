@@ -1,0 +1,25 @@
+"""Chapter 18's diagram: the growing KV cache beside the fixed-size state."""
+
+from helpers import figure_texts
+from matplotlib import pyplot as plt
+
+from attnbook.book.diagrams import cache_versus_state
+
+
+def test_cache_versus_state_shows_both_memories_and_the_update():
+    figure = cache_versus_state()
+    shown = figure_texts(figure)
+    plt.close(figure)
+    assert "k_6" in shown and "v_6" in shown and "k_7" not in shown
+    assert "S\n(4 x 4)" in shown
+    assert any("beta_t k_t v_t^T" in text for text in shown)
+    assert any("4 x 4 = 16 numbers per head" in text for text in shown)
+
+
+def test_cache_versus_state_follows_its_sizes():
+    figure = cache_versus_state(length=3, d_k=8, d_v=2)
+    shown = figure_texts(figure)
+    plt.close(figure)
+    assert "k_3" in shown and "k_4" not in shown
+    assert "S\n(8 x 2)" in shown and any("8 x 2 = 16" in text for text in shown)
+    assert any("t = 3: 3 keys and 3 values" in text for text in shown)
