@@ -1,9 +1,10 @@
 """``python -m attnbook.bench [--quick] [--threads N]``: every benchmark of the book, one run.
 
-Prints five tables: attention kernels (time and peak extra memory), attention modules (time),
+Prints six tables: attention kernels (time and peak extra memory), attention modules (time),
 attention for training (forward + backward, from :mod:`attnbook.bench.training`), KV-cache
-decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
-attention on P processes (from :mod:`attnbook.bench.ring`), each with its target and a
+decoding against recomputation (from :mod:`attnbook.bench.decoding`), ring
+attention on P processes (from :mod:`attnbook.bench.ring`), and top-k attention (from
+:mod:`attnbook.bench.sparse`), each with its target and a
 met / NOT met verdict, then the total wall-clock time.
 """
 
@@ -13,7 +14,7 @@ import time
 
 import torch
 
-from attnbook.bench import attention, decoding, ring, training
+from attnbook.bench import attention, decoding, ring, sparse, training
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     print(decoding.run(args.quick), flush=True)
     print(flush=True)
     print(ring.run(args.quick), flush=True)
+    print(flush=True)
+    print(sparse.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 
