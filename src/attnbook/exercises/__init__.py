@@ -39,6 +39,7 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
+from attnbook.exercises.ch19 import check_moba_choice, check_recall
 
 __all__ = [
     "ExerciseError",
@@ -54,11 +55,13 @@ __all__ = [
     "check_largest_length",
     "check_latent_scores",
     "check_merge_partials",
+    "check_moba_choice",
     "check_online_logsumexp",
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
     "check_previous_share",
     "check_receptive_field",
+    "check_recall",
     "check_repeat_kv",
     "check_rope_halves",
     "check_scale_for",
