@@ -11,10 +11,12 @@ from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
+from attnbook.book.diagrams.sparse import key_selection
 from attnbook.book.diagrams.tiling import tiling_grid
 
 __all__ = [
     "head_split",  # chapter 5
+    "key_selection",  # chapter 19
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7
