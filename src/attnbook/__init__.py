@@ -242,4 +242,35 @@ __all__ += [
     "load_recall_models",
     "mqar_batch",
     "recall_accuracy",
+# Chapter 19: attention that picks its keys (sparse/) and its shipped experiment.
+from attnbook.models.sparse_models import build_sparse_model, load_sparse_models  # noqa: E402
+from attnbook.sparse.indexer import (  # noqa: E402
+    LightningIndexer,
+    dense_target,
+    indexer_kl_loss,
+    topk_recall,
+    topk_tokens,
+)
+from attnbook.sparse.layers import IndexedSparseAttention, MoBASelfAttention  # noqa: E402
+from attnbook.sparse.moba import moba_attention, moba_blocks, moba_mask  # noqa: E402
+from attnbook.sparse.nsa import NativeSparseAttention, compressed_mask  # noqa: E402
+from attnbook.sparse.topk import selection_mask, topk_attention  # noqa: E402
+
+__all__ += [
+    "IndexedSparseAttention",
+    "LightningIndexer",
+    "MoBASelfAttention",
+    "NativeSparseAttention",
+    "build_sparse_model",
+    "compressed_mask",
+    "dense_target",
+    "indexer_kl_loss",
+    "load_sparse_models",
+    "moba_attention",
+    "moba_blocks",
+    "moba_mask",
+    "selection_mask",
+    "topk_attention",
+    "topk_recall",
+    "topk_tokens",
 ]

@@ -5,6 +5,9 @@ attention for training (forward + backward, from :mod:`attnbook.bench.training`)
 decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
 attention on P processes (from :mod:`attnbook.bench.ring`), and serving (paged KV memory,
 continuous batching; from :mod:`attnbook.bench.serving`), each with its target and a
+decoding against recomputation (from :mod:`attnbook.bench.decoding`), ring
+attention on P processes (from :mod:`attnbook.bench.ring`), and top-k attention (from
+:mod:`attnbook.bench.sparse`), each with its target and a
 met / NOT met verdict, then the total wall-clock time.
 """
 
@@ -14,7 +17,7 @@ import time
 
 import torch
 
-from attnbook.bench import attention, decoding, linear, ring, serving, training
+from attnbook.bench import attention, decoding, linear, ring, serving, sparse, training
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     print(serving.run(args.quick), flush=True)
     print(flush=True)
     print(linear.run(args.quick), flush=True)
+    print(flush=True)
+    print(sparse.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

@@ -42,6 +42,7 @@ from attnbook.exercises.ch15 import (
 )
 from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
 from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
+from attnbook.exercises.ch19 import check_moba_choice, check_recall
 
 __all__ = [
     "ExerciseError",
@@ -60,12 +61,14 @@ __all__ = [
     "check_largest_length",
     "check_latent_scores",
     "check_merge_partials",
+    "check_moba_choice",
     "check_online_logsumexp",
     "check_paged_slots",
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
     "check_previous_share",
     "check_receptive_field",
+    "check_recall",
     "check_repeat_kv",
     "check_rope_halves",
     "check_scale_for",

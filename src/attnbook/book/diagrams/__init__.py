@@ -15,6 +15,7 @@ from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.serving import block_tables
+from attnbook.book.diagrams.sparse import key_selection
 from attnbook.book.diagrams.tiling import tiling_grid
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "block_tables",  # chapter 17
     "cache_versus_state",  # chapter 18
     "head_split",  # chapter 5
+    "key_selection",  # chapter 19
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7

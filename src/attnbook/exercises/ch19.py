@@ -1,0 +1,83 @@
+"""Chapter 19's exercise checkers: MoBA's choice of blocks, and an indexer's recall."""
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from attnbook.exercises._common import (
+    _as_tensor,
+    _call,
+    _check_bool_mask,
+    _checker,
+    _close,
+    _fail,
+    _first_difference,
+    _generator,
+    _succeed,
+)
+from attnbook.sparse.indexer import topk_recall, topk_tokens
+from attnbook.sparse.moba import moba_mask
+
+# Chapter 19: attention that picks its keys.
+
+
+@_checker
+def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
+    """``fn(q (T, d), k (T, d), block_size, top_k)`` -> MoBA's (T, T) mask for one head."""
+    generator = _generator(0)
+    for length, block_size, top_k in [(12, 3, 2), (10, 4, 2), (9, 2, 3), (8, 8, 1)]:
+        q = torch.randn(length, 4, generator=generator, dtype=torch.float64)
+        k = torch.randn(length, 4, generator=generator, dtype=torch.float64)
+        call = f"moba_choice(q ({length}, 4), k ({length}, 4), {block_size}, {top_k})"
+        result = _call(fn, call, q.clone(), k.clone(), block_size, top_k)
+        mask = _check_bool_mask(result, call, (length, length))
+        expected = moba_mask(q[None, None], k[None, None], block_size=block_size, top_k=top_k)[0, 0]
+        if torch.equal(mask, expected):
+            continue
+        positions = torch.arange(length)
+        same_block = (positions[:, None] // block_size) == (positions[None] // block_size)
+        own = same_block & (positions[None] <= positions[:, None])  # (T, T)
+        if (own & ~mask).any():
+            row, key = (own & ~mask).nonzero()[0].tolist()
+            _fail(f"{call}: row {row} must read its own block up to itself (key {key})")
+        row, key = _first_difference(mask, expected)
+        if mask[row, key] and key > row:
+            _fail(f"{call}: row {row} reads key {key}, which is in its future")
+        reads = mask[row].sum().item()
+        if mask[row, key] and reads > expected[row].sum().item():
+            _fail(f"{call}: row {row} reads too many blocks: top_k = {top_k} counts its own block")
+        _fail(
+            f"{call}: row {row} picks the wrong earlier block (key {key}); score each earlier "
+            "block by q . (mean key of the block)"
+        )
+    _succeed("own block causally, plus the best earlier blocks by q . mean key")
+
+
+@_checker
+def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
+    """``fn(chosen (T, k), target (T, S), k)`` -> the recall (n,) of the queries with > k keys."""
+    generator = _generator(1)
+    length, top_k = 9, 3
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    target = torch.rand(length, length, generator=generator, dtype=torch.float64)
+    target = (target * causal) / (target * causal).sum(-1, keepdim=True)  # (T, S)
+    noisy = target + 0.2 * torch.rand(length, length, generator=generator, dtype=torch.float64)
+    chosen = topk_tokens(noisy.masked_fill(~causal, float("-inf"))[None], top_k)[0]  # (T, k)
+    call = f"recall(chosen ({length}, {top_k}), target ({length}, {length}), {top_k})"
+    result = _as_tensor(_call(fn, call, chosen.clone(), target.clone(), top_k), call, "a tensor")
+    expected = topk_recall(chosen[None], target[None], top_k)  # (n,)
+    if result.dim() != 1 or result.numel() != expected.numel():
+        _fail(
+            f"{call} should return one recall per query that has more than k = {top_k} keys: "
+            f"shape ({expected.numel()},), got {tuple(result.shape)}"
+        )
+    if _close(result.double(), expected.double(), atol=1e-9):
+        _succeed("the share of the dense top k that the indexer also picked")
+        return
+    if (result > 1).any() or (result < 0).any():
+        _fail(f"{call}: a recall is a share, between 0 and 1")
+    _fail(
+        f"{call}: recall of query t = |chosen(t) & dense top k(t)| / k; compare the chosen ids "
+        "with target[t].topk(k).indices (a -1 is never a hit)"
+    )

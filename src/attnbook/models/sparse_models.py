@@ -1,0 +1,156 @@
+"""Chapter 19's experiment: dense, MoBA and indexer-selected attention on repeated sequences.
+
+The task and the model are chapter 14's (sequences from
+:func:`attnbook.analysis.circuits.periodic_batch`, the 2-layer, 4-head, D = 64 attention-only
+``TinyDecoder``, ``MODEL_CONFIG`` below): BOS, then a random block of period P in [4, 24]
+repeated to 32 tokens. Every token after the first period is predictable by an
+induction circuit, which needs each query to read a few far-apart keys. Three variants each
+read at most ``KEYS = 4`` of up to 33 keys per query (or all of them, for dense):
+
+- ``dense``: causal attention over every earlier key;
+- ``moba``: MoBA with blocks of 2 and top_k = 2 (the own block and one more);
+- ``indexer``: the dense model, a lightning indexer per layer warmed up to the dense attention
+  (KL, everything else frozen), then sparse training over its top 4 tokens.
+
+``scripts/train_sparse_models.py`` trains them (two seeds) and writes ``data/sparse_models.pt``
+and its manifest; :func:`load_sparse_models` reads them back.
+"""
+
+import json
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbook.models.decoder import TinyDecoder
+from attnbook.models.shipped import check_sha256, manifest_fields, read_shipped, read_state_dict
+from attnbook.sparse.indexer import dense_target, topk_recall, topk_tokens
+from attnbook.sparse.layers import IndexedSparseAttention, MoBASelfAttention
+
+WEIGHTS = "sparse_models.pt"
+MANIFEST = "sparse_models.json"
+RETRAIN = "python scripts/train_sparse_models.py"
+KINDS = ("dense", "moba", "indexer")
+KEYS = 4  # the most keys a sparse query reads
+SELECTION = {
+    "moba": {"block_size": 2, "top_k": 2},
+    "indexer": {"top_k": KEYS, "indexer_heads": 2, "indexer_dim": 16},
+}
+PERIODS = (4, 24)  # shortest and longest period, as chapter 14's random runs
+MODEL_CONFIG = {  # chapter 14's (attnbook.analysis.circuits.MODEL_CONFIG, a higher layer)
+    "vocab_size": 65,
+    "d_model": 64,
+    "n_heads": 4,
+    "n_layers": 2,
+    "max_len": 33,
+    "attention_only": True,
+}
+
+
+class BlockAttention(nn.Module):
+    """A sparse layer called the way :class:`attnbook.DecoderBlock` calls its attention.
+
+    Plain causal self-attention only: no cache, no extra mask, no head gates (each refused).
+    """
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.d_model, self.n_heads = inner.d_model, inner.n_heads
+
+    def new_cache(self):
+        raise ValueError("cache: sparse layers here run whole sequences only; got a cache request")
+
+    def forward(self, x, mask=None, is_causal=True, need_weights=False, cache=None, head_mask=None):
+        if mask is not None or not is_causal or cache is not None or head_mask is not None:
+            raise ValueError(
+                "mask, is_causal, cache, head_mask: a sparse layer runs causal self-attention "
+                "alone; expected None, True, None, None"
+            )
+        return self.inner(x, need_weights)  # (B, T, D), (B, H, T, S) or None
+
+
+def build_sparse_model(kind: str) -> TinyDecoder:
+    """Chapter 14's model with its attention layers replaced for ``kind`` (one of KINDS)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    model = TinyDecoder(**MODEL_CONFIG)
+    if kind == "dense":
+        return model
+    layer = MoBASelfAttention if kind == "moba" else IndexedSparseAttention
+    d_model, n_heads = MODEL_CONFIG["d_model"], MODEL_CONFIG["n_heads"]
+    for block in model.blocks:
+        block.attention = BlockAttention(layer(d_model, n_heads, **SELECTION[kind]))
+    return model
+
+
+def sparse_layers(model: TinyDecoder) -> list[IndexedSparseAttention]:
+    """The indexer layers of an ``indexer`` model, one per block."""
+    return [block.attention.inner for block in model.blocks]
+
+
+def set_mode(model: TinyDecoder, mode: str) -> None:
+    """Put every indexer layer in ``mode`` ("dense", "warmup" or "sparse")."""
+    for layer in sparse_layers(model):
+        layer.mode = mode
+
+
+def repeated_accuracy(model: nn.Module, tokens: Tensor, periods: Tensor) -> float:
+    """Share of the repeated tokens (after the first period) predicted exactly."""
+    with torch.no_grad():
+        predicted = model(tokens)[:, :-1].argmax(-1)  # (B, 32): the guess for token p + 1
+    body = torch.arange(tokens.size(1) - 1)  # (32,): position of the target in the body
+    repeated = body[None] >= periods[:, None]  # (B, 32)
+    correct = (predicted == tokens[:, 1:]) & repeated
+    return (correct.sum() / repeated.sum()).item()
+
+
+def layer_inputs(model: TinyDecoder, tokens: Tensor) -> list[Tensor]:
+    """The normalised input (B, T, D) each layer's attention reads."""
+    inputs, x = [], model._embed(tokens, 0)  # (B, T, D)
+    for block in model.blocks:
+        inputs.append(block.attention_norm(x))
+        x = block(x)  # (B, T, D)
+    return inputs
+
+
+def indexer_recall(model: TinyDecoder, tokens: Tensor) -> list[float]:
+    """Per layer, the mean share of the dense attention's top 4 keys the indexer picks.
+
+    Dense weights are the layer's own causal attention, summed over heads (what the warm-up
+    fits); queries with at most 4 earlier keys are left out.
+    """
+    recalls = []
+    with torch.no_grad():
+        for layer, x in zip(sparse_layers(model), layer_inputs(model, tokens), strict=True):
+            mode, layer.mode = layer.mode, "dense"
+            weights = layer(x, need_weights=True)[1]  # (B, H, T, S)
+            layer.mode = mode
+            chosen = topk_tokens(layer.indexer(x), KEYS)  # (B, T, 4)
+            recalls.append(topk_recall(chosen, dense_target(weights), KEYS).mean().item())
+    return recalls
+
+
+def load_sparse_models() -> tuple[dict[str, TinyDecoder], dict]:
+    """The shipped models (eval mode), keyed ``"<kind>/seed<n>"``, and the manifest.
+
+    Indexer models come in ``"sparse"`` mode. The file's sha256 is checked first.
+    """
+    manifest = json.loads(read_shipped(MANIFEST, RETRAIN))
+    data = read_shipped(WEIGHTS, RETRAIN)
+    with manifest_fields(MANIFEST, RETRAIN):
+        check_sha256(WEIGHTS, data, manifest["sha256"], RETRAIN)
+    models = {}
+    for name, state in read_state_dict(data).items():
+        model = build_sparse_model(name.split("/")[0])
+        model.load_state_dict({key: value.float() for key, value in state.items()})
+        if name.startswith("indexer"):
+            set_mode(model, "sparse")
+        models[name] = model.eval()
+    return models, manifest
+
+
+def next_token_loss(model: nn.Module, tokens: Tensor) -> Tensor:
+    """Cross-entropy of every next token of ``tokens`` (B, T)."""
+    logits = model(tokens)  # (B, T, V)
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])

@@ -1,0 +1,34 @@
+"""Chapter 19's diagram: the keys one query reads under each method."""
+
+import matplotlib
+import pytest
+from helpers import figure_texts
+
+from attnbook.book.diagrams import key_selection
+
+matplotlib.use("Agg")
+
+
+def test_key_selection_labels_every_method_position_and_summary():
+    texts = figure_texts(key_selection())
+    for name in ("MoBA", "indexer", "NSA selected", "NSA sliding", "NSA compressed", "query t"):
+        assert name in texts
+    assert [str(p) for p in range(16)] == [t for t in texts if t.isdigit()]
+    assert [t for t in texts if t.startswith("summary")] == ["summary 0", "summary 1", "summary 2"]
+
+
+def test_key_selection_colours_what_each_method_reads():
+    figure = key_selection(n_tokens=8, block_size=2)
+    ax = figure.axes[0]
+    colours = [patch.get_facecolor() for patch in ax.patches]
+    assert len(colours) == 4 * 8 + 3  # four rows of tokens, three summaries
+    light = colours[-1]
+    sliding = colours[3 * 8 : 4 * 8]
+    assert [c != light for c in sliding] == [False] * 6 + [True] * 2
+    figure_texts(figure)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 9])
+def test_key_selection_refuses_block_sizes_that_do_not_cut_the_row(block_size):
+    with pytest.raises(ValueError, match="block_size: expected a divisor of n_tokens = 16"):
+        key_selection(block_size=block_size)
