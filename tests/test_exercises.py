@@ -898,3 +898,10 @@ def test_attention_backward_checker(capsys):
         return attention_backward(q, k, v, out, torch.zeros_like(lse), d_out, scale)
 
     expect_message(check, unnormalised, "dv is wrong")
+
+
+# Chapter 16: causal_tile_kind (its own tests in test_exercises_ch16.py).
+
+from test_exercises_ch16 import causal_tile_kind  # noqa: E402
+
+SOLUTIONS["check_causal_tile_kind"] = causal_tile_kind

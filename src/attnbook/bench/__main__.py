@@ -1,9 +1,10 @@
 """``python -m attnbook.bench [--quick] [--threads N]``: every benchmark of the book, one run.
 
-Prints five tables: attention kernels (time and peak extra memory), attention modules (time),
+Prints six tables: attention kernels (time and peak extra memory), attention modules (time),
 attention for training (forward + backward, from :mod:`attnbook.bench.training`), KV-cache
-decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
-attention on P processes (from :mod:`attnbook.bench.ring`), each with its target and a
+decoding against recomputation (from :mod:`attnbook.bench.decoding`), ring
+attention on P processes (from :mod:`attnbook.bench.ring`) and the Triton kernels on a GPU
+(from :mod:`attnbook.bench.triton`), each with its target and a
 met / NOT met verdict, then the total wall-clock time.
 """
 
@@ -14,6 +15,7 @@ import time
 import torch
 
 from attnbook.bench import attention, decoding, ring, training
+from attnbook.bench import triton as triton_section
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     print(decoding.run(args.quick), flush=True)
     print(flush=True)
     print(ring.run(args.quick), flush=True)
+    print(flush=True)
+    print(triton_section.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

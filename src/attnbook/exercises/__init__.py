@@ -39,6 +39,7 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
+from attnbook.exercises.ch16 import check_causal_tile_kind
 
 __all__ = [
     "ExerciseError",
@@ -46,6 +47,7 @@ __all__ = [
     "check_attention_backward",
     "check_attention_parameter_count",
     "check_cache_bytes_per_token",
+    "check_causal_tile_kind",
     "check_concat_scores",
     "check_find_circuit",
     "check_head_importance",

@@ -7,6 +7,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
+from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
@@ -15,6 +16,7 @@ from attnbook.book.diagrams.tiling import tiling_grid
 
 __all__ = [
     "head_split",  # chapter 5
+    "kernel_programs",  # chapter 16
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7
