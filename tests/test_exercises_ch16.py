@@ -18,7 +18,7 @@ def strict_full(start_m, start_n, block_m, block_n):
     """Calls a tile whose last key equals its first query diagonal (wasteful, not exact)."""
     if start_n + block_n - 1 < start_m:
         return "full"
-    return causal_tile_kind(start_m, start_n, block_m, block_n)
+    return "skip" if start_n > start_m + block_m - 1 else "diagonal"
 
 
 def ignores_block_n(start_m, start_n, block_m, block_n):

@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from attnbook.core._checks import check_bool, check_int, check_scale, shape_of
+from attnbook.core.trace import record
 from attnbook.kernels.runtime import import_triton
 
 MAX_HEAD_DIM = 128
@@ -158,6 +159,10 @@ class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, is_causal, scale):
         output, lse = attention_forward(query, key, value, is_causal, scale)
+        record("q", query, "B H T d_head", "queries, one program per block of T rows")
+        record("k, v", key, "B H S d_head", "read block by block, never as a whole")
+        record("output", output, "B H T d_head", "normalised once, at the end of each row")
+        record("lse", lse, "B H T", "log-sum-exp per row: all that backward needs")
         ctx.save_for_backward(query, key, value, output, lse)
         ctx.is_causal, ctx.scale = is_causal, scale
         return output
