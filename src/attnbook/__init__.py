@@ -7,6 +7,7 @@ before it:
   shape traces, the memory meter, devices;
 - ``layers``: additive (Bahdanau), multi-head and grouped-query, latent (MLA), sinks;
 - ``efficient``: tiled attention and its backward, ring attention and its process launcher;
+- ``kernels``: FlashAttention as Triton kernels (``triton_attention``), forward and backward;
 - ``models``: the tiny decoder, seq2seq, tasks and text, training loops, shipped models;
 - ``analysis``: what trained heads do and the circuits they form;
 - ``book``: plotting, diagrams and the explorer; ``exercises``: one checker module per chapter;
@@ -49,6 +50,7 @@ from attnbook.core.positions import (
 from attnbook.core.scoring import AdditiveScore, DotScore, GeneralScore, ScaledDotScore
 from attnbook.core.trace import ShapeTrace, record, trace_shapes
 from attnbook.efficient.tiled import online_softmax, tiled_attention
+from attnbook.kernels.attention import triton_attention
 from attnbook.layers.additive import AdditiveAttention
 from attnbook.layers.gqa_conversion import mean_pool_kv_heads
 from attnbook.layers.latent import LatentCache, MultiHeadLatentAttention
@@ -165,6 +167,7 @@ __all__ = [
     "sinusoidal_encoding",
     "split_heads",
     "tiled_attention",
+    "triton_attention",
     "token_accuracy",
     "trace_shapes",
     "train_capstone_model",

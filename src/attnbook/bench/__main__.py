@@ -1,14 +1,12 @@
 """``python -m attnbook.bench [--quick] [--threads N]``: every benchmark of the book, one run.
 
-Prints six tables: attention kernels (time and peak extra memory), attention modules (time),
-attention for training (forward + backward, from :mod:`attnbook.bench.training`), KV-cache
-decoding against recomputation (from :mod:`attnbook.bench.decoding`), and ring
-attention on P processes (from :mod:`attnbook.bench.ring`), and serving (paged KV memory,
-continuous batching; from :mod:`attnbook.bench.serving`), each with its target and a
-decoding against recomputation (from :mod:`attnbook.bench.decoding`), ring
-attention on P processes (from :mod:`attnbook.bench.ring`), and top-k attention (from
-:mod:`attnbook.bench.sparse`), each with its target and a
-met / NOT met verdict, then the total wall-clock time.
+Prints one table a section: attention kernels (time and peak extra memory), attention
+modules (time), attention for training (forward + backward, :mod:`attnbook.bench.training`),
+KV-cache decoding against recomputation (:mod:`attnbook.bench.decoding`), ring attention on P
+processes (:mod:`attnbook.bench.ring`), serving (paged KV memory, continuous batching;
+:mod:`attnbook.bench.serving`), linear attention (:mod:`attnbook.bench.linear`), top-k attention
+(:mod:`attnbook.bench.sparse`) and the Triton kernels on a GPU (:mod:`attnbook.bench.triton`),
+each with its target and a met / NOT met verdict, then the total wall-clock time.
 """
 
 import argparse
@@ -18,6 +16,7 @@ import time
 import torch
 
 from attnbook.bench import attention, decoding, linear, ring, serving, sparse, training
+from attnbook.bench import triton as triton_section
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     print(linear.run(args.quick), flush=True)
     print(flush=True)
     print(sparse.run(args.quick), flush=True)
+    print(flush=True)
+    print(triton_section.run(args.quick), flush=True)
     print(f"\ntotal: {time.perf_counter() - start:.1f} s")
 
 

@@ -43,6 +43,7 @@ from attnbook.exercises.ch15 import (
 from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
 from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
 from attnbook.exercises.ch19 import check_moba_choice, check_recall
+from attnbook.exercises.ch16 import check_causal_tile_kind
 
 __all__ = [
     "ExerciseError",
@@ -51,6 +52,7 @@ __all__ = [
     "check_attention_parameter_count",
     "check_cache_bytes_per_token",
     "check_chunk_decays",
+    "check_causal_tile_kind",
     "check_concat_scores",
     "check_delta_rule_step",
     "check_find_circuit",

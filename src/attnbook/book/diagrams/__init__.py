@@ -8,6 +8,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
+from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.linear import cache_versus_state
@@ -25,6 +26,7 @@ __all__ = [
     "cache_versus_state",  # chapter 18
     "head_split",  # chapter 5
     "key_selection",  # chapter 19
+    "kernel_programs",  # chapter 16
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7

@@ -1,0 +1,142 @@
+"""triton_attention (the FlashAttention-2 Triton kernels) against SDPA in float64.
+
+Without CUDA the kernels run in Triton's interpreter, which is slow: the shapes are small, and
+each case checks the output and all three gradients from one forward and one backward call.
+Where Triton has no wheel (macOS, Windows) the kernel tests skip; the input checks and the
+error that names the platform are tested everywhere.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnbook.kernels import runtime
+from attnbook.kernels.attention import MAX_HEAD_DIM, check_triton_inputs, triton_attention
+
+needs_triton = pytest.mark.skipif(
+    not runtime.has_triton_wheel(),
+    reason=f"triton has no wheel for {runtime.platform_name()} (Linux x86-64/aarch64 only)",
+)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ATOL = 2e-5  # float32 kernels against a float64 reference, values and gradients of size ~1
+
+
+def _inputs(batch, heads, seq_q, seq_k, head_dim, seed):
+    generator = torch.Generator().manual_seed(seed)
+    shapes = ((seq_q, head_dim), (seq_k, head_dim), (seq_k, head_dim))
+    return [
+        torch.randn(batch, heads, *shape, generator=generator).to(DEVICE).requires_grad_()
+        for shape in shapes
+    ]
+
+
+def _check_against_sdpa(batch, heads, seq_q, seq_k, head_dim, is_causal, seed=0, scale=None):
+    q, k, v = _inputs(batch, heads, seq_q, seq_k, head_dim, seed)
+    output = triton_attention(q, k, v, is_causal=is_causal, scale=scale)
+    grad_output = torch.randn_like(output)
+    output.backward(grad_output)
+    reference = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    expected = F.scaled_dot_product_attention(*reference, is_causal=is_causal, scale=scale)
+    expected.backward(grad_output.double())
+    assert output.shape == expected.shape and output.dtype == q.dtype
+    torch.testing.assert_close(output.double(), expected, atol=ATOL, rtol=0)
+    for name, mine, theirs in zip("qkv", (q, k, v), reference, strict=True):
+        assert mine.grad.shape == mine.shape, name
+        torch.testing.assert_close(mine.grad.double(), theirs.grad, atol=ATOL, rtol=0, msg=name)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("batch", "heads", "seq_q", "seq_k", "head_dim", "is_causal"),
+    [
+        (2, 3, 70, 70, 16, False),  # T not a multiple of the 64-row block, B and H > 1
+        (1, 2, 70, 70, 40, True),  # causal, d not a power of two (padded to 64 inside)
+        (1, 1, 30, 100, 64, True),  # T < S, causal top-left: blocks past the diagonal skipped
+        (1, 1, 100, 30, 64, True),  # T > S: whole query blocks past the keys
+        (1, 1, 65, 50, 128, False),  # the widest head, T != S
+    ],
+)
+def test_output_and_gradients_match_sdpa(batch, heads, seq_q, seq_k, head_dim, is_causal):
+    _check_against_sdpa(batch, heads, seq_q, seq_k, head_dim, is_causal)
+
+
+@needs_triton
+def test_a_custom_scale_and_a_single_key():
+    _check_against_sdpa(1, 1, 5, 1, 8, is_causal=False, seed=1, scale=0.3)
+
+
+@needs_triton
+def test_large_scores_stay_finite():
+    """Scores of several hundred: the online softmax subtracts the running maximum, so nothing
+    overflows; float32 scores that large carry absolute errors near 1e-5, hence the tolerance."""
+    q, k, v = _inputs(1, 1, 20, 20, 16, seed=2)
+    output = triton_attention(q * 30, k * 30, v, is_causal=True)
+    output.sum().backward()
+    expected = F.scaled_dot_product_attention(
+        (q * 30).double(), (k * 30).double(), v.double(), is_causal=True
+    )
+    assert torch.isfinite(output).all() and torch.isfinite(q.grad).all()
+    torch.testing.assert_close(output.double(), expected, atol=2e-4, rtol=0)
+
+
+@needs_triton
+def test_non_contiguous_inputs_are_accepted():
+    q, k, v = (x.detach().transpose(1, 2) for x in _inputs(1, 20, 3, 3, 16, seed=3))
+    # (B, H, T, d) views of (B, T, H, d) storage
+    expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    torch.testing.assert_close(triton_attention(q, k, v).double(), expected, atol=ATOL, rtol=0)
+
+
+def _good():
+    return [torch.zeros(1, 2, 4, 8, device=DEVICE) for _ in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("position", "bad", "match"),
+    [
+        (0, torch.zeros(2, 4, 8), r"query: expected shape \(B, H, T, d\) \(4 dims\)"),
+        (1, torch.zeros(1, 2, 4, 8, dtype=torch.int64), "key: expected dtype"),
+        (2, torch.zeros(1, 2, 4, 8, dtype=torch.float64), "value: expected dtype"),
+        (1, torch.zeros(1, 3, 4, 8), r"key: expected shape \(B, H, S, d\) = \(1, 2, S, 8\)"),
+        (2, torch.zeros(1, 2, 5, 8), "value: expected S = 4"),
+        (0, "q", "query: expected a tensor"),
+    ],
+)
+def test_bad_inputs_name_the_argument(position, bad, match):
+    tensors = _good()
+    tensors[position] = bad.to(DEVICE) if isinstance(bad, torch.Tensor) else bad
+    with pytest.raises(ValueError, match=match):
+        triton_attention(*tensors)
+
+
+def test_head_width_and_lengths_are_bounded():
+    wide = torch.zeros(1, 1, 4, MAX_HEAD_DIM + 8, device=DEVICE)
+    with pytest.raises(ValueError, match=r"head width d\): expected an int in \[1, 128\]"):
+        check_triton_inputs(wide, wide, wide)
+    empty, keys = (torch.zeros(1, 1, n, 8, device=DEVICE) for n in (0, 4))
+    with pytest.raises(ValueError, match=r"query.shape\[2\] \(T\): expected a positive int"):
+        check_triton_inputs(empty, keys, keys)
+
+
+def test_the_wrong_device_is_named():
+    other = "cpu" if DEVICE == "cuda" else "meta"
+    tensors = _good()
+    tensors[1] = torch.zeros(1, 2, 4, 8, device=other)
+    with pytest.raises(ValueError, match=f"key: expected a tensor on {DEVICE}"):
+        triton_attention(*tensors)
+
+
+def test_bad_switches_are_refused():
+    with pytest.raises(ValueError, match="is_causal: expected True or False"):
+        triton_attention(*_good(), is_causal=1)
+    with pytest.raises(ValueError, match="scale: expected a finite number"):
+        triton_attention(*_good(), scale=float("nan"))
+
+
+def test_a_platform_without_triton_gets_an_error_naming_it(monkeypatch):
+    monkeypatch.setattr(runtime.sys, "platform", "darwin")
+    monkeypatch.setattr(runtime.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(runtime.platform, "machine", lambda: "arm64")
+    monkeypatch.setitem(runtime.sys.modules, "triton", None)  # `import triton` fails
+    with pytest.raises(runtime.TritonUnavailableError, match="Darwin arm64.*Linux.*WSL"):
+        runtime.import_triton()
