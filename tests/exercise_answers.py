@@ -227,6 +227,54 @@ def attention_backward(q, k, v, out, lse, d_out, scale):
     return dz @ k * scale, dz.T @ q * scale, dv
 
 
+def causal_tile_kind(start_m, start_n, block_m, block_n):  # ch16
+    if start_n + block_n - 1 <= start_m:
+        return "full"
+    if start_n > start_m + block_m - 1:
+        return "skip"
+    return "diagonal"
+
+
+def paged_slots(length, block_size):  # ch17
+    return block_size * -(-length // block_size)
+
+
+def gather_keys(pool, table, length):  # ch17
+    return pool[table].reshape(-1, pool.size(-1))[:length]
+
+
+def delta_rule_step(state, k, v, alpha, beta):  # ch18
+    return alpha * state + beta * torch.outer(k, v - alpha * state.T @ k)
+
+
+def chunk_decays(alpha):  # ch18
+    gamma = alpha.cumprod(0)
+    return torch.tril(gamma[:, None] / gamma[None, :])
+
+
+def moba_choice(q, k, block_size, top_k, *, own=True, causal=True, extra=0):  # ch19
+    T = q.size(0)
+    n_blocks = -(-T // block_size)
+    means = torch.stack([k[j * block_size : (j + 1) * block_size].mean(0) for j in range(n_blocks)])
+    scores = q @ means.T  # (T, n_blocks)
+    own_block = torch.arange(T) // block_size  # (T,)
+    blocks = torch.arange(n_blocks)
+    scores = scores.masked_fill(blocks > own_block[:, None], float("-inf"))
+    if own:
+        scores = scores.masked_fill(blocks == own_block[:, None], float("inf"))
+    best = scores.topk(min(top_k + extra, n_blocks), dim=-1)
+    chosen = torch.zeros(T, n_blocks, dtype=torch.bool)
+    chosen.scatter_(1, best.indices, best.values > float("-inf"))
+    mask = chosen[:, torch.arange(T) // block_size]
+    return mask & torch.ones(T, T, dtype=torch.bool).tril() if causal else mask
+
+
+def recall(chosen, target, k):  # ch19
+    best = target.topk(k, dim=-1).indices  # (T, k)
+    hits = (best[:, :, None] == chosen[:, None, :]).any(-1)  # (T, k)
+    return hits.double().mean(-1)[k:]
+
+
 SOLUTIONS = {
     "check_window_mask": window_mask,
     "check_attention_parameter_count": attention_parameter_count,
@@ -253,4 +301,11 @@ SOLUTIONS = {
     "check_sink_window_mask": sink_window_mask,
     "check_sink_weights": weights_with_sink,
     "check_receptive_field": receptive_field,
+    "check_causal_tile_kind": causal_tile_kind,
+    "check_paged_slots": paged_slots,
+    "check_gather_keys": gather_keys,
+    "check_delta_rule_step": delta_rule_step,
+    "check_chunk_decays": chunk_decays,
+    "check_moba_choice": moba_choice,
+    "check_recall": recall,
 }

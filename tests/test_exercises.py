@@ -17,12 +17,18 @@ from exercise_answers import (
     alibi_slopes,
     attention_backward,
     cache_bytes_per_token,
+    causal_tile_kind,
+    chunk_decays,
     concat_scores,
+    delta_rule_step,
     find_circuit,
+    gather_keys,
     head_importance,
     head_projection,
     latent_scores,
     merge_partials,
+    moba_choice,
+    recall,
     receptive_field,
     rope_halves,
     sink_window_mask,
@@ -316,6 +322,38 @@ def sink_column(scores, sinks):  # ch15: the (H, T, 1) column of sink logits
 
 
 # (checker, wrong answer, words its hint must contain)
+def strict_full(start_m, start_n, block_m, block_n):  # ch16: a tile ending on the query
+    if start_n + block_n - 1 < start_m:
+        return "full"
+    return "skip" if start_n > start_m + block_m - 1 else "diagonal"
+
+
+def skips_the_last_query(start_m, start_n, block_m, block_n):  # ch16: off by one at the top
+    if start_n >= start_m + block_m - 1 and start_n + block_n - 1 > start_m:
+        return "skip"
+    return causal_tile_kind(start_m, start_n, block_m, block_n)
+
+
+def only_same_start_is_diagonal(start_m, start_n, block_m, block_n):  # ch16
+    if start_n == start_m:
+        return "diagonal"
+    return "full" if start_n < start_m else "skip"
+
+
+def inclusive_decays(alpha):  # ch18: decays key i's own write by alpha_i too
+    gamma = alpha.cumprod(0)
+    previous = torch.cat([torch.ones(1, dtype=alpha.dtype), gamma[:-1]])
+    return torch.tril(gamma[:, None] / previous[None, :])
+
+
+def recall_of_every_query(c, t, k):  # ch19: includes the first k queries
+    return (t.topk(k, -1).indices[:, :, None] == c[:, None]).any(-1).double().mean(-1)
+
+
+def recall_without_topk(c, t, k):  # ch19: the k smallest scores
+    return (t.argsort(-1)[:, :k, None] == c[:, None]).any(-1).double().mean(-1)[k:]
+
+
 WRONG_ANSWERS = {
     "check_window_mask": [
         (band, "row 0 may attend to key 1, which is in its future"),
@@ -537,6 +575,60 @@ WRONG_ANSWERS = {
             "a global layer lets the last position see every earlier",
         ),
         (lambda ws, T: float(T), "should return an int, got float"),
+    ],
+    "check_causal_tile_kind": [
+        (strict_full, "causal_tile_kind(4, 1, 4, 4) returned 'diagonal', expected 'full'"),
+        (
+            lambda m, n, bm, bn: causal_tile_kind(m, n, bm, bm),
+            "causal_tile_kind(8, 4, 8, 4) returned 'diagonal', expected 'full'",
+        ),
+        (skips_the_last_query, "returned 'skip', expected 'diagonal': some of keys"),
+        (only_same_start_is_diagonal, "(8, 12, 8, 4) returned 'skip', expected 'diagonal'"),
+        (lambda *args: "masked", "should return one of ('full', 'diagonal', 'skip')"),
+    ],
+    "check_paged_slots": [
+        (lambda n, b: b * (n // b), "round the length *up*"),
+        (lambda n, b: b * (n // b + 1), "needs no extra block"),
+        (lambda n, b: n, "paged_slots(1, 4) should be 4, got 1"),
+    ],
+    "check_gather_keys": [
+        (lambda p, t, n: gather_keys(p, sorted(t), n), "blocks are read in the table's order"),
+        (lambda p, t, n: p[t].reshape(-1, p.size(-1)), "should have shape (10, 3)"),
+        (lambda p, t, n: p[t].transpose(0, 1).reshape(-1, p.size(-1))[:n], "position 1"),
+    ],
+    "check_delta_rule_step": [
+        (lambda S, k, v, a, b: a * S + b * torch.outer(k, v), "linear attention's write"),
+        (
+            lambda S, k, v, a, b: a * S + b * torch.outer(k, v - S.T @ k),
+            "reads S before its decay",
+        ),
+        (
+            lambda S, k, v, a, b: S + b * torch.outer(k, v - S.T @ k),
+            "multiply the old state by alpha",
+        ),
+        (
+            lambda S, k, v, a, b: delta_rule_step(S, k, v, a, b).T,
+            "shape (d_k, d_v) = (4, 3)",
+        ),
+    ],
+    "check_chunk_decays": [
+        (lambda a: chunk_decays(a).T, "rows are queries t"),
+        (lambda a: chunk_decays(a).tril(-1), "the diagonal must be 1"),
+        (inclusive_decays, "decays by alpha_(i+1) ... alpha_t only"),
+        (
+            lambda a: a.cumprod(0)[:, None] / a.cumprod(0)[None, :] * torch.inf,
+            "found inf or NaN",
+        ),
+    ],
+    "check_moba_choice": [
+        (lambda q, k, b, n: moba_choice(q, k, b, n, causal=False), "which is in its future"),
+        (lambda q, k, b, n: moba_choice(q, k, b, n, own=False), "must read its own block"),
+        (lambda q, k, b, n: moba_choice(q, k, b, n, extra=1), "top_k = 2 counts its own block"),
+    ],
+    "check_recall": [
+        (recall_of_every_query, "should return one recall per query"),
+        (lambda c, t, k: recall(c, t, k) * k, "a recall is a share"),
+        (recall_without_topk, "compare the chosen ids"),
     ],
 }
 CASES = [
