@@ -187,3 +187,18 @@ __all__ = [
 from attnbook.models.seq2seq_training import load_reversal_models  # noqa: E402
 
 __all__ += ["load_reversal_models"]
+
+# Real models' attention layers from their configs, and RoPE's frequencies (issue 31).
+from attnbook.core.positions import rope_frequencies  # noqa: E402
+from attnbook.layers.model_configs import (  # noqa: E402
+    attention_layer_from_config,
+    position_settings,
+    shipped_model_config,
+)
+
+__all__ += [
+    "attention_layer_from_config",
+    "position_settings",
+    "rope_frequencies",
+    "shipped_model_config",
+]
