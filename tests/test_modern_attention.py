@@ -419,7 +419,10 @@ def test_soft_capping_bounds_the_scores():
     [
         ({"window": 0}, "window: expected a positive int, got 0"),
         ({"output_gate": 1}, "output_gate: expected True or False, got 1"),
-        ({"qk_norm": "yes"}, "qk_norm: expected True or False, got 'yes'"),
+        (
+            {"qk_norm": "yes"},
+            "qk_norm: expected one of (False, True, 'head', 'projection'), got 'yes'",
+        ),
         ({"sinks": None}, "sinks: expected True or False, got None"),
         ({"logit_softcap": 0.0}, "logit_softcap: expected a finite number > 0, got 0.0"),
         ({"logit_softcap": -30.0}, "logit_softcap: expected a finite number > 0, got -30.0"),

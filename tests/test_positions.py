@@ -303,7 +303,7 @@ def test_bad_inputs_raise_errors_naming_the_argument():
 
 
 def test_bad_module_arguments_raise_errors_naming_the_argument():
-    with raises("rope: rotary features come in pairs, so d_head = d_model / n_heads must be even"):
+    with raises("rope: rotary features come in pairs, so the rotated width int(head_dim * rope"):
         GroupedQueryAttention(12, 4, 2, rope=True)
     with raises("rope_layout: expected one of ('adjacent', 'halves'), got 'llama'"):
         GroupedQueryAttention(16, 4, 2, rope=True, rope_layout="llama")

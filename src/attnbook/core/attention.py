@@ -128,6 +128,7 @@ def attend(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     logit_softcap: float | None = None,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The attention step of every module: explicit when the weights are wanted, else fused.
 
@@ -142,6 +143,7 @@ def attend(
 
     ``logit_softcap`` (see :func:`scaled_dot_product_attention`) has no fused kernel in
     PyTorch, so with it the explicit function runs whether or not the weights are wanted.
+    ``scale`` multiplies the scores (default 1 / sqrt(d)).
     """
     group_size = q.size(1) // k.size(1)
     if need_weights or logit_softcap is not None:
@@ -151,7 +153,14 @@ def attend(
             record("k repeated", k, "B H S d_head", "each key head copied for its group")
             record("v repeated", v, "B H S d_head", "each value head copied for its group")
         output, weights = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, logit_softcap=logit_softcap
+            q,
+            k,
+            v,
+            mask,
+            is_causal=is_causal,
+            scale=scale,
+            dropout_p=dropout_p,
+            logit_softcap=logit_softcap,
         )  # (B, H, T, d_v), (B, H, T, S)
         return output, weights if need_weights else None
     if mask is not None and mask.dtype.is_floating_point:
@@ -163,6 +172,7 @@ def attend(
         attn_mask=mask,
         dropout_p=dropout_p,
         is_causal=is_causal,
+        scale=scale,
         enable_gqa=group_size > 1,
     )  # (B, H, T, d_v)
     record("attended", heads, "B H T d_head", "PyTorch's fused kernel; no weights kept")

@@ -21,7 +21,7 @@ from attnbook.core.attention import attend
 from attnbook.core.heads import gate_heads, merge_heads, repeat_kv, split_heads
 from attnbook.core.kv_cache import KVCache, RollingKVCache
 from attnbook.core.masks import causal_over_cache, sliding_window_mask
-from attnbook.core.positions import ROPE_LAYOUTS, apply_rope
+from attnbook.core.positions import ROPE_LAYOUTS, apply_rope, check_rope_scaling
 from attnbook.core.trace import record
 from attnbook.layers.sinks import attention_with_sinks
 
@@ -30,12 +30,16 @@ def _describe(names: tuple[str, ...], values: tuple) -> str:
     return ", ".join(f"{name} = {value}" for name, value in zip(names, values, strict=True))
 
 
-def _check_rope_settings(d_model: int, n_heads: int, key_dim: int, value_dim: int) -> None:
-    """rope=True needs pairs of features in every head, and keys from the query's own tokens."""
-    if (d_model // n_heads) % 2:
+def _check_rope_settings(
+    d_model: int, head_dim: int, rotary_dim: int, key_dim: int, value_dim: int
+) -> None:
+    """rope=True needs pairs of rotated features in every head, and keys from the query's own
+    tokens."""
+    if rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(
-            f"rope: rotary features come in pairs, so d_head = d_model / n_heads must be even, "
-            f"got d_head = {d_model // n_heads} (d_model = {d_model}, n_heads = {n_heads})"
+            f"rope: rotary features come in pairs, so the rotated width int(head_dim * "
+            f"rope_fraction) must be even and at least 2, got {rotary_dim} (head_dim = "
+            f"{head_dim})"
         )
     for name, width in (("key_dim", key_dim), ("value_dim", value_dim)):
         if width != d_model:
@@ -45,7 +49,37 @@ def _check_rope_settings(d_model: int, n_heads: int, key_dim: int, value_dim: in
             )
 
 
-QK_NORM_EPS = 1e-6  # Qwen3's and OLMo 2's RMSNorm epsilon
+QK_NORM_EPS = 1e-6  # Qwen3's RMSNorm epsilon (a model's config may say otherwise)
+QK_NORMS = (False, True, "head", "projection")
+
+
+def _check_head_width(d_model: int, n_heads: int, n_kv_heads: int, head_dim: object) -> None:
+    """The head counts and width: d_model / n_heads by default, or any positive head_dim."""
+    if head_dim is None:
+        check_head_counts(d_model, n_heads, n_kv_heads)
+        return
+    check_int("d_model", d_model)
+    check_int("n_heads", n_heads)
+    check_int("head_dim", head_dim)
+    check_head_counts(n_heads * head_dim, n_heads, n_kv_heads)
+
+
+def _check_rope_options(
+    rope: bool, rope_fraction: object, rope_scaling: object, scale: object, qk_norm_eps: object
+) -> None:
+    """The score scale, the QK-norm epsilon and the options that only a rotary layer reads."""
+    if scale is not None:
+        check_positive("scale", scale)
+    check_positive("qk_norm_eps", qk_norm_eps)
+    bad = isinstance(rope_fraction, bool) or not isinstance(rope_fraction, int | float)
+    if bad or not 0 < rope_fraction <= 1:
+        raise ValueError(f"rope_fraction: expected a number in (0, 1], got {rope_fraction!r}")
+    check_rope_scaling(rope_scaling, "rope_scaling")
+    if not rope and (rope_fraction != 1 or rope_scaling is not None):
+        raise ValueError(
+            f"rope: rope_fraction ({rope_fraction!r}) and rope_scaling ({rope_scaling!r}) "
+            f"only apply with rope=True"
+        )
 
 
 def _check_modern_options(
@@ -60,7 +94,8 @@ def _check_modern_options(
     if window is not None:
         check_int("window", window)
     check_bool("output_gate", output_gate)
-    check_bool("qk_norm", qk_norm)
+    if not any(qk_norm is choice for choice in QK_NORMS[:2]) and qk_norm not in QK_NORMS[2:]:
+        raise ValueError(f"qk_norm: expected one of {QK_NORMS}, got {qk_norm!r}")
     check_bool("sinks", sinks)
     if logit_softcap is not None:
         check_positive("logit_softcap", logit_softcap)
@@ -115,16 +150,33 @@ class GroupedQueryAttention(nn.Module):
 
     Options of today's open models, all off by default (see chapter 15):
 
+    * ``head_dim``: the width of every head, d_model / n_heads by default; the projections map
+      d_model to n_heads * head_dim and back (Gemma 2: 2304 wide, 8 heads of 256).
+    * ``scale``: the score scale, 1 / sqrt(head_dim) by default (Gemma: query_pre_attn_scalar
+      ** -0.5).
+    * ``rope_fraction``: the share of each head's features that RoPE rotates, the first
+      int(head_dim * rope_fraction), paired as halves within that block, with frequencies over
+      that width (transformers' ``partial_rotary_factor``; Qwen3-Next 0.25).
+    * ``rope_scaling``: None or a dict in transformers' ``rope_scaling`` spelling (linear,
+      dynamic, yarn, llama3; see :func:`attnbook.rope_frequencies`). Dynamic scaling reads the
+      sequence length from the last position of each call: with a cache, the keys cached earlier
+      keep the frequencies they were rotated with (as in transformers), so decoding token by
+      token past the original length differs from one forward over the whole sequence.
     * ``window``: a sliding-window layer (Mistral, Gemma's local layers): each query sees its
       last ``window`` keys, itself included (:func:`attnbook.sliding_window_mask`). It is
-      causal, so it must be called with ``is_causal=True``; ``new_cache()`` then returns a
-      :class:`attnbook.RollingKVCache` that holds only ``window`` positions.
+      causal, so it must be called with ``is_causal=True``, optionally with a boolean ``mask``
+      broadcasting to (B, H, T, S) that is combined with the window, e.g. a padding mask
+      (B, 1, 1, S); ``new_cache()`` returns a :class:`attnbook.RollingKVCache` that holds only
+      ``window`` positions.
     * ``output_gate``: gated attention (Qiu et al., 2025; Qwen3-Next): every head's output is
       multiplied, feature by feature, by sigmoid(gate_proj(query)) before the heads are merged,
       a gate computed from the layer's own input.
-    * ``qk_norm``: QK-norm (OLMo 2, Gemma 3, Qwen3): each query and key head is RMS-normalised
-      over its d_head features, with a learned scale per feature (``q_norm``, ``k_norm``),
-      before the rotary embedding.
+    * ``qk_norm``: QK-norm before the rotary embedding, with epsilon ``qk_norm_eps``.
+      ``"head"`` (or True; Qwen3, Gemma 3): each query and key head is RMS-normalised over its
+      d_head features, with a learned scale per feature (``q_norm``, ``k_norm`` of size
+      d_head). ``"projection"`` (OLMo 2): the whole query projection (H * d_head features) and
+      key projection (H_kv * d_head) are normalised, one weight of that size each. Gemma's and
+      Qwen3-Next's norms multiply by (1 + w): load their w as ``1 + w``.
     * ``logit_softcap``: soft-capping (Gemma 2): scores become c * tanh(score / c), so no score
       leaves (-c, c). PyTorch's fused kernel has no such option: the explicit path runs.
     * ``sinks``: a learned sink logit per query head (gpt-oss), ``self.sinks`` (H,), initialised
@@ -146,13 +198,20 @@ class GroupedQueryAttention(nn.Module):
         value_dim: int | None = None,
         window: int | None = None,
         output_gate: bool = False,
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         logit_softcap: float | None = None,
         sinks: bool = False,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        rope_fraction: float = 1.0,
+        qk_norm_eps: float = QK_NORM_EPS,
+        rope_scaling: dict | None = None,
     ) -> None:
         super().__init__()
-        check_head_counts(d_model, n_heads, n_kv_heads)
+        _check_head_width(d_model, n_heads, n_kv_heads, head_dim)
         _check_modern_options(window, output_gate, qk_norm, logit_softcap, sinks, dropout)
+        _check_rope_options(rope, rope_fraction, rope_scaling, scale, qk_norm_eps)
+        head_dim = d_model // n_heads if head_dim is None else head_dim
         key_dim = d_model if key_dim is None else key_dim
         value_dim = d_model if value_dim is None else value_dim
         check_int("key_dim", key_dim)
@@ -161,8 +220,13 @@ class GroupedQueryAttention(nn.Module):
         check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
         check_base("rope_base", rope_base)
         if rope:
-            _check_rope_settings(d_model, n_heads, key_dim, value_dim)
+            _check_rope_settings(
+                d_model, head_dim, int(head_dim * rope_fraction), key_dim, value_dim
+            )
         self.rope = rope
+        self.rotary_dim = int(head_dim * rope_fraction)
+        self.rope_scaling = rope_scaling
+        self.scale = scale
         self.rope_base = rope_base
         self.rope_layout = rope_layout
         self.d_model = d_model
@@ -170,17 +234,21 @@ class GroupedQueryAttention(nn.Module):
         self.n_kv_heads = n_kv_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
-        self.head_dim = d_model // n_heads
+        self.head_dim = head_dim
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(key_dim, n_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(value_dim, n_kv_heads * self.head_dim, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        width = n_heads * head_dim
+        self.q_proj = nn.Linear(d_model, width, bias=bias)
+        self.k_proj = nn.Linear(key_dim, n_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(value_dim, n_kv_heads * head_dim, bias=bias)
+        self.out_proj = nn.Linear(width, d_model, bias=bias)
         self.window = window
         self.logit_softcap = logit_softcap
-        self.gate_proj = nn.Linear(d_model, d_model, bias=bias) if output_gate else None
-        self.q_norm = nn.RMSNorm(self.head_dim, eps=QK_NORM_EPS) if qk_norm else None
-        self.k_norm = nn.RMSNorm(self.head_dim, eps=QK_NORM_EPS) if qk_norm else None
+        self.gate_proj = nn.Linear(d_model, width, bias=bias) if output_gate else None
+        self.qk_norm = {False: None, True: "head"}.get(qk_norm, qk_norm)
+        per_head = self.qk_norm == "head"
+        q_width, k_width = (head_dim, head_dim) if per_head else (width, n_kv_heads * head_dim)
+        self.q_norm = nn.RMSNorm(q_width, eps=qk_norm_eps) if self.qk_norm else None
+        self.k_norm = nn.RMSNorm(k_width, eps=qk_norm_eps) if self.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
 
     def new_cache(self) -> KVCache:
@@ -248,7 +316,15 @@ class GroupedQueryAttention(nn.Module):
                 f"{key.size(1)} as in key, got value.shape = {shape_of(value)}"
             )
         new_scores_shape = (query.size(0), self.n_heads, query.size(1), key.size(1))
-        check_cached_attention_mask(mask, is_causal, cache, KVCache, new_scores_shape)
+        windowed = self.window is not None  # the window replaces is_causal's mask
+        check_cached_attention_mask(
+            mask, is_causal and not windowed, cache, KVCache, new_scores_shape
+        )
+        if windowed and mask is not None and mask.dtype != torch.bool:
+            raise ValueError(
+                f"mask: a sliding-window layer combines its window with a boolean mask (True = "
+                f"attend), got dtype {mask.dtype}"
+            )
 
     def forward(
         self,
@@ -267,24 +343,30 @@ class GroupedQueryAttention(nn.Module):
         self._check_window_call(is_causal, cache)
         check_head_mask(head_mask, query.size(0), self.n_heads, query.dtype)
 
-        q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, d_head)
-        # keys (B, S, key_dim) and values (B, S, value_dim) are projected to H_kv heads
-        k = split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, S, d_head)
+        # (B, T, H * d_head), and keys (B, S, key_dim) to (B, S, H_kv * d_head)
+        q, k = self.q_proj(query), self.k_proj(key)
+        if self.qk_norm == "projection":
+            q, k = self._normalise(q, k, "B T H*d_head", "B S H_kv*d_head")  # shapes unchanged
+        q = split_heads(q, self.n_heads)  # (B, H, T, d_head)
+        k = split_heads(k, self.n_kv_heads)  # (B, H_kv, S, d_head)
+        # values (B, S, value_dim) are projected to H_kv heads
         v = split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, S, d_head)
         record("q", q, "B H T d_head", "queries, projected and split into heads")
         # with a cache these are the T new positions only; the cache then holds all S
         kv_len, new = ("S", "") if cache is None else ("T", "new positions' ")
         record("k", k, f"B H_kv {kv_len} d_head", f"{new}keys, one per key/value head")
         record("v", v, f"B H_kv {kv_len} d_head", f"{new}values, one per key/value head")
-        if self.q_norm is not None:
-            q, k = self._normalise(q, k)  # shapes unchanged
+        if self.qk_norm == "head":
+            q, k = self._normalise(q, k, "B H T d_head", "B H_kv S d_head")  # shapes unchanged
         if self.rope:
             q, k = self._rotate(q, k, 0 if cache is None else len(cache))  # shapes unchanged
         if cache is not None:
             k, v = self._extend_cache(cache, k, v)  # (B, H_kv, S, d_head): cached and new
         if self.window is not None:
-            mask = sliding_window_mask(q.size(2), self.window, k.size(2), device=q.device)
-            is_causal = False  # the (T, S) window mask is causal itself
+            window = sliding_window_mask(q.size(2), self.window, k.size(2), device=q.device)
+            # (T, S), or with a given mask (B, 1 or H, T, S)
+            mask = window if mask is None else mask & window
+            is_causal = False  # the window mask is causal itself
         elif cache is not None:
             mask, is_causal = causal_over_cache(mask, is_causal, q.size(2), k.size(2), q.device)
 
@@ -292,8 +374,9 @@ class GroupedQueryAttention(nn.Module):
         if self.gate_proj is not None:
             heads = self._gate(heads, query)  # (B, H, T, d_head)
         heads = gate_heads(heads, head_mask)  # (B, H, T, d_head)
-        merged = merge_heads(heads)  # (B, T, D)
-        record("merged", merged, "B T D", "heads concatenated back to model width")
+        merged = merge_heads(heads)  # (B, T, H * d_head)
+        width = "D" if merged.size(-1) == self.d_model else "H*d_head"
+        record("merged", merged, f"B T {width}", "heads concatenated side by side")
         output = self.out_proj(merged)  # (B, T, D)
         record("output", output, "B T D", "output projection")
         return output, weights
@@ -303,7 +386,7 @@ class GroupedQueryAttention(nn.Module):
         if self.window is not None and not is_causal:
             raise ValueError(
                 f"is_causal: this layer has a sliding window (window = {self.window}), which is "
-                f"a causal mask; call it with is_causal=True and no mask"
+                f"a causal mask; call it with is_causal=True (and optionally a boolean mask)"
             )
         if isinstance(cache, RollingKVCache) and (
             self.window is None or cache.window < self.window
@@ -328,21 +411,22 @@ class GroupedQueryAttention(nn.Module):
                 dropout_p=dropout_p,
                 need_weights=need_weights,
                 logit_softcap=self.logit_softcap,
+                scale=self.scale,
             )  # (B, H, T, d_head), (B, H, T, S) or None
         group_size = q.size(1) // k.size(1)
         k = repeat_kv(k, group_size)  # (B, H, S, d_head)
         v = repeat_kv(v, group_size)  # (B, H, S, d_head)
         heads, weights = attention_with_sinks(
-            q, k, v, self.sinks, mask=mask, is_causal=is_causal
+            q, k, v, self.sinks, mask=mask, is_causal=is_causal, scale=self.scale
         )  # (B, H, T, d_head), (B, H, T, S)
         return heads, weights if need_weights else None
 
-    def _normalise(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """QK-norm: RMS-normalise every query and key head over its d_head features."""
-        q = self.q_norm(q)  # (B, H, T, d_head)
-        k = self.k_norm(k)  # (B, H_kv, S, d_head)
-        record("q normed", q, "B H T d_head", "queries with RMS 1 per head, times a learned scale")
-        record("k normed", k, "B H_kv S d_head", "keys with RMS 1 per head, times a learned scale")
+    def _normalise(self, q: Tensor, k: Tensor, q_dims: str, k_dims: str) -> tuple[Tensor, Tensor]:
+        """QK-norm: RMS-normalise queries and keys over their last dim, per head or projection."""
+        q, k = self.q_norm(q), self.k_norm(k)  # shapes unchanged
+        over = "head" if self.qk_norm == "head" else "projection"
+        record("q normed", q, q_dims, f"queries with RMS 1 per {over}, times a learned scale")
+        record("k normed", k, k_dims, f"keys with RMS 1 per {over}, times a learned scale")
         return q, k
 
     def _gate(self, heads: Tensor, query: Tensor) -> Tensor:
@@ -352,13 +436,22 @@ class GroupedQueryAttention(nn.Module):
         return heads * gate  # (B, H, T, d_head)
 
     def _rotate(self, q: Tensor, k: Tensor, past: int) -> tuple[Tensor, Tensor]:
-        """Rotate queries (B, H, T, d_head) and keys (B, H_kv, S = T, d_head) from position past."""
+        """Rotate queries (B, H, T, d_head) and keys (B, H_kv, S = T, d_head) from position past.
+
+        Only the first ``rotary_dim`` features of each head turn; the rest pass unchanged.
+        """
         positions = torch.arange(past, past + q.size(2), device=q.device)  # (T,)
-        q = apply_rope(q, positions, self.rope_base, layout=self.rope_layout)  # (B, H, T, d_head)
-        k = apply_rope(k, positions, self.rope_base, layout=self.rope_layout)  # (B, H_kv, T, dh)
+        q, k = self._rotate_part(q, positions), self._rotate_part(k, positions)  # shapes kept
         record("q rotated", q, "B H T d_head", "queries rotated at their positions")
         record("k rotated", k, "B H_kv S d_head", "keys rotated at their positions")
         return q, k
+
+    def _rotate_part(self, x: Tensor, positions: Tensor) -> Tensor:
+        """RoPE on the first rotary_dim features of x (..., T, d_head), the rest unchanged."""
+        rotary, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        options = {"layout": self.rope_layout, "scaling": self.rope_scaling}
+        rotary = apply_rope(rotary, positions, self.rope_base, **options)  # (..., T, rotary_dim)
+        return torch.cat([rotary, rest], dim=-1)  # (..., T, d_head)
 
     def _extend_cache(self, cache: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append the new keys and values (B, H_kv, T, d_head) and return all S cached ones."""
@@ -373,7 +466,8 @@ class MultiHeadAttention(GroupedQueryAttention):
 
     The same module as :class:`GroupedQueryAttention` with ``n_kv_heads == n_heads``; see there
     for the forward signature and shapes, and for the options of today's models (``window``,
-    ``output_gate``, ``qk_norm``, ``logit_softcap``, ``sinks``), passed on unchanged.
+    ``output_gate``, ``qk_norm``, ``qk_norm_eps``, ``logit_softcap``, ``sinks``, ``head_dim``,
+    ``scale``), passed on unchanged.
     """
 
     def __init__(
@@ -387,9 +481,12 @@ class MultiHeadAttention(GroupedQueryAttention):
         value_dim: int | None = None,
         window: int | None = None,
         output_gate: bool = False,
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         logit_softcap: float | None = None,
         sinks: bool = False,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        qk_norm_eps: float = QK_NORM_EPS,
     ) -> None:
         super().__init__(
             d_model,
@@ -404,6 +501,9 @@ class MultiHeadAttention(GroupedQueryAttention):
             qk_norm=qk_norm,
             logit_softcap=logit_softcap,
             sinks=sinks,
+            head_dim=head_dim,
+            scale=scale,
+            qk_norm_eps=qk_norm_eps,
         )
 
     def copy_weights_from(self, torch_mha: nn.MultiheadAttention) -> "MultiHeadAttention":
