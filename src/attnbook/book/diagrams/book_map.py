@@ -6,7 +6,8 @@ from attnbook.book.diagrams._draw import BLUE, LIGHT, ORANGE, SKY, arrow, box, c
 
 # (part caption, ((chapter number, short title, minutes for a learner who runs the cells), ...)):
 # the parts and chapters of _toc.yml in order (tests/test_diagrams_book_map.py checks it). The
-# minutes for chapters 00-15 are the fresh readers' reading times (shared reviews, round 4).
+# minutes are the fresh readers' reading times with the cells run (round 4 for chapters 00-15,
+# round 5 for 16-19).
 BOOK_PARTS = (
     ("Getting started", (("00", "conventions", 15),)),
     (
@@ -34,10 +35,19 @@ BOOK_PARTS = (
         (("12", "tiny GPT", 45), ("13", "trained heads", 60), ("14", "circuits", 50)),
     ),
     ("Today's models", (("15", "today's attention", 75),)),
+    (
+        "Attention engineering now",
+        (
+            ("16", "a Triton kernel", 60),
+            ("17", "serving", 50),
+            ("18", "linear attention", 55),
+            ("19", "sparse attention", 50),
+        ),
+    ),
 )
 
 _BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.25, 1.45
-_LEFT = 3.2  # room for the part captions
+_LEFT = 3.8  # room for the part captions
 _COLOURS = (LIGHT, SKY, LIGHT, SKY, LIGHT, ORANGE, BLUE)
 
 
