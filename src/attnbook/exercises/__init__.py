@@ -40,10 +40,10 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
+from attnbook.exercises.ch16 import check_causal_tile_kind
 from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
 from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
 from attnbook.exercises.ch19 import check_moba_choice, check_recall
-from attnbook.exercises.ch16 import check_causal_tile_kind
 
 __all__ = [
     "ExerciseError",

@@ -10,8 +10,8 @@ from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.latent import mla_data_flow
-from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.linear import cache_versus_state
+from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
