@@ -15,6 +15,8 @@ def test_forward_programs_walk_their_row_left_to_right():
     # rows 0, 1, 2 hold 1, 2, 3 tiles, numbered from the left; tiles above are unnumbered
     assert [t for t in found if t.isdigit()] == ["1", "1", "2", "1", "2", "3"]
     assert "each row: one program, left to right" in found
+    # blue tiles still mask keys past S: the legend says which mask they lack
+    assert any(t.startswith("blue: no causal mask\n") for t in found)
 
 
 def test_dkdv_programs_walk_their_column_from_the_diagonal_down():

@@ -1,9 +1,14 @@
-"""The FlashAttention-2 backward pass as three Triton kernels (Dao, 2023, Algorithm 2).
+"""The FlashAttention backward pass as three Triton kernels, after Dao (2023), Algorithm 2.
 
-With P = softmax(S) recomputed tile by tile from the saved ``lse`` (P = exp(S - lse)), the
-gradients are dV = P^T dO, dP = dO V^T, dS = P * (dP - delta) and dQ = dS K * scale,
-dK = dS^T Q * scale, where ``delta`` is the row dot product rowsum(dO * O) (it equals
-rowsum(P * dP)). Three kernels, so that no two programs ever write the same rows:
+With the weights A = softmax(Z) of the scaled scores Z recomputed tile by tile from the saved
+``lse`` (A = exp(Z - lse)), the gradients are dV = A^T dO, dA = dO V^T, dZ = A * (dA - delta)
+and dQ = dZ K * scale, dK = dZ^T Q * scale, where ``delta`` is the row dot product
+rowsum(dO * O) (it equals rowsum(A * dA)). In the code p, dp and ds stand for A, dA and dZ.
+
+FlashAttention-2 itself runs one main kernel with a program per key block and adds each tile's
+share of dQ into main memory with atomic additions. This module chooses three kernels instead,
+so that no two programs ever write the same rows: no atomics and a deterministic result, at the
+price of recomputing Z and dA in the dq kernel (7 products per tile instead of 5):
 
 - ``delta_kernel``: delta for one block of query rows;
 - ``dkdv_kernel``: one program per block of keys, walking over the query blocks that see it,

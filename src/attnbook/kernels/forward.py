@@ -9,9 +9,10 @@ probabilities.
 
 With ``CAUSAL`` (query i sees keys 0..i, aligned top-left as in PyTorch's SDPA), the key blocks
 fall into two stages: those left of the query block's first row are wholly visible and need no
-mask; those on the diagonal need the causal mask; those to the right are skipped. The tensors
-are contiguous (B, H, length, d); head widths that are not a power of two are padded with
-zeros inside the kernel by masked loads (``BLOCK_D`` is the next power of two).
+causal mask (only keys past ``seq_k`` are masked); those on the diagonal need the causal mask;
+those to the right are skipped. The tensors are contiguous (B, H, length, d); head widths
+that are not a power of two are padded with zeros inside the kernel by masked loads
+(``BLOCK_D`` is the next power of two).
 """
 
 from attnbook.kernels.runtime import import_triton

@@ -13,10 +13,10 @@ def kernel_programs(*, n_blocks: int = 4, kernel: str = "forward") -> Figure:
 
     Rows are query blocks, columns key blocks. For ``kernel="forward"`` (and the dq kernel,
     which walks the same way) program i owns query block i (a row) and walks left to right:
-    first the tiles below the diagonal, wholly visible (blue, no mask), then the diagonal tile
-    (orange, masked). For ``kernel="dkdv"`` program j owns key block j (a column) and walks
-    down: first the diagonal tile, then the ones below it. Tiles above the diagonal are
-    hatched: no program reads them.
+    first the tiles below the diagonal, wholly visible (blue, no causal mask), then the
+    diagonal tile (orange, causal mask). For ``kernel="dkdv"`` program j owns key block j (a
+    column) and walks down: first the diagonal tile, then the ones below it. Tiles above the
+    diagonal are hatched: no program reads them. Both colours still mask keys past S.
     """
     check_int("n_blocks", n_blocks, 2, 6)
     if kernel not in KERNELS:
@@ -46,6 +46,6 @@ def kernel_programs(*, n_blocks: int = 4, kernel: str = "forward") -> Figure:
         "each column: one program, top to bottom"
     )  # fmt: skip
     label(ax, (1 + n_blocks / 2, top + 0.85), walk, fontsize=9)
-    legend = "blue: no mask\norange: causal mask\nhatched: never read\nnumber: order"
+    legend = "blue: no causal mask\norange: causal mask\nhatched: never read\nnumber: order"
     label(ax, (n_blocks + 1.2, 0.55), legend, fontsize=8, ha="left")
     return ax.figure
