@@ -4,9 +4,11 @@ A block's keys and values depend on its tokens *and on every token before it*, s
 named by a hash of (the previous block's hash, its own tokens): two prompts get the same hash
 for block i exactly when their first (i + 1) * block_size tokens agree. :class:`PrefixTable`
 maps those hashes to blocks of a :class:`attnbook.PagedKVCache` (vLLM's automatic prefix
-caching works this way; SGLang's RadixAttention keeps a radix tree of token sequences). A new
-request reuses the blocks of its longest known prefix, raising their reference counts, and only
-computes the rest; a block leaves the table when its count drops to zero.
+caching names blocks this way; SGLang's RadixAttention keeps a radix tree of token sequences). A
+new request reuses the blocks of its longest known prefix, raising their reference counts, and
+only computes the rest. A block leaves the table when its count drops to zero, so only requests
+that run at the same time share; vLLM instead keeps a freed block cached, hash and contents,
+until its allocator evicts it to make room.
 """
 
 
