@@ -10,7 +10,8 @@ __all__ = ["cache_versus_state"]
 def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure:
     """Left: a KV cache of ``length`` rows that query t reads whole. Right: one d_k x d_v state.
 
-    The state is updated by each token with the gated delta rule and read by the query with a
+    The state is linear attention's running sum (S and the normaliser z, before the delta rule
+    and the gate change how it is written), updated by each token and read by the query with a
     single product, whatever the number of tokens before it.
     """
     ax = canvas(13, 7.2)
@@ -30,23 +31,23 @@ def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure
         fontsize=9,
     )
     label(ax, (9.7, 6.8), "linear attention: a state that does not", fontsize=11)
-    box(ax, 8.4, 3.0, 2.6, 2.2, f"S\n({d_k} x {d_v})", color=ORANGE)
+    box(ax, 8.4, 3.0, 2.6, 2.2, f"S\n({d_k} x {d_v})\n\nz ({d_k})", color=ORANGE)
     box(ax, 7.0, 5.7, 1.3, 0.6, "k_t, v_t", color=LIGHT, fontsize=9)
     box(ax, 11.6, 3.75, 1.2, 0.7, "q_t")
     arrow(ax, (7.7, 5.7), (8.6, 5.2), "write", curve=0.1)
     arrow(ax, (11.6, 4.1), (11.0, 4.1), "")
-    label(ax, (12.2, 3.3), "o_t = S^T q_t", fontsize=9)
+    label(ax, (10.9, 2.55), "o_t = S^T phi(q_t) / phi(q_t)^T z", fontsize=9)
     label(
         ax,
         (9.7, 1.9),
-        "S <- alpha_t (I - beta_t k_t k_t^T) S + beta_t k_t v_t^T",
+        "S <- S + phi(k_t) v_t^T,   z <- z + phi(k_t)",
         fontsize=9.5,
         background=True,
     )
     label(
         ax,
         (9.7, 1.1),
-        f"after any number of tokens: {d_k} x {d_v} = {d_k * d_v} numbers per head",
+        f"after any number of tokens: {d_k} x {d_v} + {d_k} = {d_k * d_v + d_k} numbers per head",
         fontsize=9,
     )
     return ax.figure
