@@ -161,11 +161,21 @@ def test_the_backward_never_holds_a_scores_sized_tensor():
 
 
 def tiled_attend(
-    q, k, v, mask=None, *, is_causal=False, dropout_p=0.0, need_weights=False, logit_softcap=None
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    is_causal=False,
+    dropout_p=0.0,
+    need_weights=False,
+    logit_softcap=None,
+    scale=None,
 ):
     """The modules' attention step with tiled attention (MHA, no dropout, weights or cap)."""
     assert not need_weights and dropout_p == 0.0 and logit_softcap is None
-    return tiled_attention(q, k, v, mask, is_causal=is_causal, block_q=8, block_k=8), None
+    tiled = tiled_attention(q, k, v, mask, is_causal=is_causal, scale=scale, block_q=8, block_k=8)
+    return tiled, None
 
 
 def train_losses(steps=6):

@@ -140,3 +140,12 @@ def test_a_platform_without_triton_gets_an_error_naming_it(monkeypatch):
     monkeypatch.setitem(runtime.sys.modules, "triton", None)  # `import triton` fails
     with pytest.raises(runtime.TritonUnavailableError, match="Darwin arm64.*Linux.*WSL"):
         runtime.import_triton()
+
+
+def test_triton_imported_without_the_interpreter_on_a_cpu_gets_a_clear_error(monkeypatch):
+    import triton  # noqa: F401  (already imported by the tests above; here for certain)
+
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(runtime.INTERPRET_VARIABLE, "0")
+    with pytest.raises(runtime.TritonUnavailableError, match="TRITON_INTERPRET=1"):
+        runtime.import_triton()

@@ -49,7 +49,14 @@ def import_triton() -> tuple[ModuleType, ModuleType]:
 
     Raises :class:`TritonUnavailableError` naming the platform when Triton cannot be imported.
     """
-    if "triton" not in sys.modules and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
+        if "triton" in sys.modules and not interpreting():
+            raise TritonUnavailableError(
+                f"triton was imported without {INTERPRET_VARIABLE}=1 on a machine with no CUDA "
+                "device, so its kernels cannot run here; set it before anything imports triton "
+                f"(`{INTERPRET_VARIABLE}=1` in the shell, or restart the kernel and import "
+                "attnbook first)"
+            )
         os.environ.setdefault(INTERPRET_VARIABLE, "1")
     try:
         import triton
