@@ -5,6 +5,7 @@ import pytest
 from helpers import figure_texts
 
 from attnbook.book.diagrams import key_selection
+from attnbook.sparse.nsa import compressed_mask
 
 matplotlib.use("Agg")
 
@@ -14,14 +15,19 @@ def test_key_selection_labels_every_method_position_and_summary():
     for name in ("MoBA", "indexer", "NSA selected", "NSA sliding", "NSA compressed", "query t"):
         assert name in texts
     assert [str(p) for p in range(16)] == [t for t in texts if t.isdigit()]
-    assert [t for t in texts if t.startswith("summary")] == ["summary 0", "summary 1", "summary 2"]
+    assert [t for t in texts if t.startswith("summary")] == [
+        "summary 0",
+        "summary 1",
+        "summary 2",
+        "summary 3",
+    ]
 
 
 def test_key_selection_colours_what_each_method_reads():
     figure = key_selection(n_tokens=8, block_size=2)
     ax = figure.axes[0]
     colours = [patch.get_facecolor() for patch in ax.patches]
-    assert len(colours) == 4 * 8 + 3  # four rows of tokens, three summaries
+    assert len(colours) == 4 * 8 + 4  # four rows of tokens, four summaries
     light = colours[-1]
     sliding = colours[3 * 8 : 4 * 8]
     assert [c != light for c in sliding] == [False] * 6 + [True] * 2
@@ -32,3 +38,8 @@ def test_key_selection_colours_what_each_method_reads():
 def test_key_selection_refuses_block_sizes_that_do_not_cut_the_row(block_size):
     with pytest.raises(ValueError, match="block_size: expected a divisor of n_tokens = 16"):
         key_selection(block_size=block_size)
+
+
+def test_key_selection_draws_the_summaries_compressed_mask_allows():
+    drawn = [t for t in figure_texts(key_selection()) if t.startswith("summary")]
+    assert len(drawn) == compressed_mask(16, 4)[15].sum().item()

@@ -9,6 +9,7 @@ import torch
 from attnbook.core.attention import scaled_dot_product_attention
 from attnbook.core.heads import repeat_kv
 from attnbook.core.masks import causal_mask, sliding_window_mask
+from attnbook.models.sparse_models import build_sparse_model, load_dense_weights
 from attnbook.sparse.indexer import (
     LightningIndexer,
     dense_target,
@@ -301,14 +302,47 @@ def test_the_indexed_layer_modes():
     layer = IndexedSparseAttention(16, 4, top_k=9, indexer_heads=2, indexer_dim=8).double()
     x = torch.randn(2, 9, 16, dtype=F64)
     outputs = {}
-    for mode in ("dense", "warmup", "sparse"):
+    for mode in ("dense", "warmup", "sparse", "exact"):
         layer.mode = mode
         outputs[mode] = layer(x)[0]
     torch.testing.assert_close(outputs["sparse"], outputs["dense"])  # top 9 of 9 = every key
     torch.testing.assert_close(outputs["warmup"], outputs["dense"])
+    torch.testing.assert_close(outputs["exact"], outputs["dense"])
     layer.mode = "fast"
     with pytest.raises(ValueError, match="mode: expected one of"):
         layer(x)
+
+
+def test_the_exact_mode_reads_the_dense_attentions_own_top_k():
+    torch.manual_seed(0)
+    layer = IndexedSparseAttention(16, 4, top_k=3, indexer_heads=2, indexer_dim=8).double()
+    x = torch.randn(2, 9, 16, dtype=F64)
+    q, k, v = layer._heads(x)
+    dense = scaled_dot_product_attention(q, k, v, is_causal=True)[1]  # (B, H, T, S)
+    best = dense.sum(1).masked_fill(~causal_mask(9), float("-inf"))  # (B, T, S)
+    indices = topk_tokens(best, 3)[:, None]  # (B, 1, T, 3)
+    expected = layer.out_proj(topk_attention(q, k, v, indices).transpose(1, 2).reshape(2, 9, 16))
+    layer.mode = "exact"
+    torch.testing.assert_close(layer(x)[0], expected)
+    assert layer.indexer_loss is None
+
+
+def test_dense_weights_load_into_the_indexer_model_whole():
+    torch.manual_seed(0)
+    dense = build_sparse_model("dense").eval()
+    indexed = build_sparse_model("indexer").eval()
+    tokens = torch.randint(0, 65, (3, 33))
+    assert not torch.allclose(indexed(tokens), dense(tokens))
+    load_dense_weights(indexed, dense.state_dict())
+    torch.testing.assert_close(indexed(tokens), dense(tokens))  # dense mode
+    # what the first version did: strict=False dropped every attention weight in silence
+    result = build_sparse_model("indexer").load_state_dict(dense.state_dict(), strict=False)
+    assert any(".attention.q_proj" in key for key in result.unexpected_keys)
+    with pytest.raises(ValueError, match="dense_state: expected .* unexpected"):
+        load_dense_weights(indexed, {**dense.state_dict(), "extra": torch.zeros(1)})
+    state = {k: v for k, v in dense.state_dict().items() if "v_proj" not in k}
+    with pytest.raises(ValueError, match="missing .*v_proj"):
+        load_dense_weights(indexed, state)
 
 
 def test_the_moba_layer_equals_moba_attention():

@@ -43,7 +43,10 @@ def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
             _fail(f"{call}: row {row} must read its own block up to itself (key {key})")
         row, key = _first_difference(mask, expected)
         if mask[row, key] and key > row:
-            _fail(f"{call}: row {row} reads key {key}, which is in its future")
+            _fail(
+                f"{call}: row {row} reads key {key}, which is in its future; a future block "
+                "must score -inf before the top-k"
+            )
         reads = mask[row].sum().item()
         if mask[row, key] and reads > expected[row].sum().item():
             _fail(f"{call}: row {row} reads too many blocks: top_k = {top_k} counts its own block")
@@ -69,7 +72,8 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
     expected = topk_recall(chosen[None], target[None], top_k)  # (n,)
     if result.dim() != 1 or result.numel() != expected.numel():
         _fail(
-            f"{call} should return one recall per query that has more than k = {top_k} keys: "
+            f"{call} should return one recall per query that has more than k = {top_k} keys "
+            f"(itself included): "
             f"shape ({expected.numel()},), got {tuple(result.shape)}"
         )
     if _close(result.double(), expected.double(), atol=1e-9):

@@ -1,7 +1,7 @@
 """Chapter 19's experiment: dense, MoBA and indexer-selected attention on repeated sequences.
 
 The task and the model are chapter 14's (sequences from
-:func:`attnbook.analysis.circuits.periodic_batch`, the 2-layer, 4-head, D = 64 attention-only
+:func:`attnbook.models.periodic.periodic_batch`, the 2-layer, 4-head, D = 64 attention-only
 ``TinyDecoder``, ``MODEL_CONFIG`` below): BOS, then a random block of period P in [4, 24]
 repeated to 32 tokens. Every token after the first period is predictable by an
 induction circuit, which needs each query to read a few far-apart keys. Three variants each
@@ -84,13 +84,31 @@ def build_sparse_model(kind: str) -> TinyDecoder:
     return model
 
 
+def load_dense_weights(model: TinyDecoder, dense_state: dict[str, Tensor]) -> None:
+    """Load a dense model's ``state_dict`` into an ``indexer`` model, every weight accounted for.
+
+    The indexer model wraps each attention layer (``blocks.N.attention.inner.q_proj``, not
+    ``blocks.N.attention.q_proj``), so the keys are renamed first; only the indexers, which a
+    dense model lacks, may stay as they are. Anything else missing or left over is refused: a
+    plain ``load_state_dict(..., strict=False)`` would drop every attention weight in silence.
+    """
+    renamed = {key.replace(".attention.", ".attention.inner."): v for key, v in dense_state.items()}
+    result = model.load_state_dict(renamed, strict=False)
+    missing = [key for key in result.missing_keys if ".indexer." not in key]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            "dense_state: expected a dense model's weights for every non-indexer parameter; "
+            f"missing {missing}, unexpected {result.unexpected_keys}"
+        )
+
+
 def sparse_layers(model: TinyDecoder) -> list[IndexedSparseAttention]:
     """The indexer layers of an ``indexer`` model, one per block."""
     return [block.attention.inner for block in model.blocks]
 
 
 def set_mode(model: TinyDecoder, mode: str) -> None:
-    """Put every indexer layer in ``mode`` ("dense", "warmup" or "sparse")."""
+    """Put every indexer layer in ``mode`` ("dense", "warmup", "sparse" or "exact")."""
     for layer in sparse_layers(model):
         layer.mode = mode
 

@@ -20,7 +20,7 @@ from attnbook.sparse.indexer import LightningIndexer, dense_target, indexer_kl_l
 from attnbook.sparse.moba import moba_mask
 from attnbook.sparse.topk import selection_mask
 
-MODES = ("dense", "warmup", "sparse")
+MODES = ("dense", "warmup", "sparse", "exact")
 
 
 class _Projections(nn.Module):
@@ -72,7 +72,9 @@ class IndexedSparseAttention(_Projections):
       every earlier key) is kept in ``self.indexer_loss``; freeze the rest of the model;
     - ``"sparse"``: attention over the indexer's top_k only; the loss is the KL on the chosen
       keys, and the indexer sees a detached input, so the language loss trains the attention and
-      the KL trains the indexer.
+      the KL trains the indexer;
+    - ``"exact"``: attention over the top_k keys of the dense attention itself (heads summed),
+      the choice a perfect indexer would make: the ceiling for ``"sparse"``; no indexer loss.
     """
 
     def __init__(
@@ -102,10 +104,14 @@ class IndexedSparseAttention(_Projections):
             scores = self.indexer(x.detach())  # (B, T, S)
             self.indexer_loss = indexer_kl_loss(scores, dense_target(weights.detach()))
             return self._finish(heads, weights if need_weights else None)
-        scores = self.indexer(x.detach())  # (B, T, S)
-        indices = topk_tokens(scores, min(self.top_k, x.size(1)))[:, None]  # (B, 1, T, k)
-        chosen = selection_mask(indices, x.size(1))  # (B, 1, T, S)
         with torch.no_grad():
             dense = scaled_dot_product_attention(q, k, v, is_causal=True)[1]  # (B, H, T, S)
-        self.indexer_loss = indexer_kl_loss(scores, dense_target(dense), chosen[:, 0])
+        # (B, T, S): the indexer's scores, or ("exact") the log of the heads' summed dense
+        # weights, -inf on the future keys (weight 0)
+        exact = self.mode == "exact"
+        scores = dense_target(dense).log() if exact else self.indexer(x.detach())
+        indices = topk_tokens(scores, min(self.top_k, x.size(1)))[:, None]  # (B, 1, T, k)
+        chosen = selection_mask(indices, x.size(1))  # (B, 1, T, S)
+        if self.mode == "sparse":
+            self.indexer_loss = indexer_kl_loss(scores, dense_target(dense), chosen[:, 0])
         return self._finish(*attend(q, k, v, chosen, need_weights=need_weights))

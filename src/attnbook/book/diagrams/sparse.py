@@ -9,7 +9,8 @@ def key_selection(*, n_tokens: int = 16, block_size: int = 4) -> Figure:
     """One row of ``n_tokens`` keys per method, the last token being the query; read keys coloured.
 
     MoBA: blocks of ``block_size``, the own block plus the best earlier block by q . mean key.
-    Indexer: any top-k tokens by index score. NSA: block summaries (compressed), the best
+    Indexer: any top-k tokens by index score. NSA: the summaries of the complete blocks, the
+    query's own included since the query ends it (compressed), the best
     blocks in full (selected) and the last tokens (sliding). The choices drawn are an example.
     """
     if not 2 <= block_size <= n_tokens // 2 or n_tokens % block_size:
@@ -57,7 +58,9 @@ def key_selection(*, n_tokens: int = 16, block_size: int = 4) -> Figure:
         label(ax, (left + n_tokens * (width + gap) + 0.2, y + 0.25), note, fontsize=8, ha="left")
     y = top - len(rows) - 0.5
     label(ax, (left - 0.2, y + 0.25), "NSA compressed", fontsize=9, ha="right")
-    for block in range(n_blocks - 1):  # complete blocks before the query's own
+    # every block is complete: the query is the last token of its own block, so it reads all
+    # n_blocks summaries (attnbook.compressed_mask counts a block ending at t as complete at t)
+    for block in range(n_blocks):
         x = left + block * block_size * (width + gap)
         span = block_size * (width + gap) - gap
         box(ax, x, y, span, 0.5, f"summary {block}", color=LIGHT, fontsize=8)
