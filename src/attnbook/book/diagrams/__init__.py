@@ -9,6 +9,7 @@ from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split
 from attnbook.book.diagrams.kernel_grid import kernel_programs
+from attnbook.book.diagrams.kv_cache import kv_cache_steps
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
 from attnbook.book.diagrams.modern import attention_options
@@ -27,6 +28,7 @@ __all__ = [
     "head_split",  # chapter 5
     "key_selection",  # chapter 19
     "kernel_programs",  # chapter 16
+    "kv_cache_steps",  # chapter 8
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7
