@@ -125,7 +125,8 @@ def repeated_accuracy(model: nn.Module, tokens: Tensor, periods: Tensor) -> floa
 
 def layer_inputs(model: TinyDecoder, tokens: Tensor) -> list[Tensor]:
     """The normalised input (B, T, D) each layer's attention reads."""
-    inputs, x = [], model._embed(tokens, 0)  # (B, T, D)
+    positions = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)  # (B, T)
+    inputs, x = [], model.embed_at(tokens, positions)  # (B, T, D)
     for block in model.blocks:
         inputs.append(block.attention_norm(x))
         x = block(x)  # (B, T, D)
