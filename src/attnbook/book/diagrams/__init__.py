@@ -11,6 +11,7 @@ from attnbook.book.diagrams.heads import head_split
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
+from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
@@ -26,6 +27,7 @@ __all__ = [
     "cache_versus_state",  # chapter 18
     "head_split",  # chapter 5
     "key_selection",  # chapter 19
+    "mask_gallery",  # chapter 4
     "kernel_programs",  # chapter 16
     "mla_data_flow",  # chapter 11
     "ring_steps",  # chapter 10
