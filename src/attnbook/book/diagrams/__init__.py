@@ -7,7 +7,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 
 from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
-from attnbook.book.diagrams.heads import head_split
+from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
@@ -30,6 +30,7 @@ __all__ = [
     "mask_gallery",  # chapter 4
     "kernel_programs",  # chapter 16
     "mla_data_flow",  # chapter 11
+    "multi_head_overview",  # chapter 5
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7
     "self_attention_dataflow",  # chapter 3
