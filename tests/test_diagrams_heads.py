@@ -7,7 +7,7 @@ from matplotlib import pyplot as plt
 from matplotlib.colors import to_hex
 from matplotlib.patches import FancyBboxPatch
 
-from attnbook.book.diagrams import head_split
+from attnbook.book.diagrams import head_split, multi_head_overview
 from attnbook.book.diagrams.heads import HEAD_COLORS
 
 matplotlib.use("Agg")
@@ -23,15 +23,17 @@ def test_the_panels_and_operations_are_labelled():
     labels = figure_texts(figure)
     plt.close(figure)
     for expected in [
-        "x: (T, D) = (3, 12)",
-        "(T, H, d_head) = (3, 3, 4)",
-        "(H, T, d_head) = (3, 3, 4)",
+        "x: (B, T, D) = (1, 3, 12)",
+        "(B, T, H, d_head) = (1, 3, 3, 4)",
+        "(B, H, T, d_head) = (1, 3, 3, 4)",
         ".view(B, T, H, d_head)",
         ".transpose(1, 2)",
         "head 2: (T, d_head)",
         "token 2",
     ]:
         assert expected in labels
+    # every shape drawn is 4-D, like the code's: no panel drops B
+    assert not any(text.startswith(("(T,", "(H,", "x: (T")) for text in labels)
 
 
 @pytest.mark.parametrize(("n_tokens", "d_model", "n_heads"), [(3, 12, 3), (2, 8, 4), (4, 6, 1)])
@@ -66,3 +68,23 @@ def test_each_panel_has_every_feature_of_every_token_in_its_heads_colour(
 def test_bad_sizes_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         head_split(**kwargs)
+
+
+@pytest.mark.parametrize("n_heads", [1, 3, 7])
+def test_the_overview_draws_every_stage_and_one_box_per_head(n_heads):
+    figure = multi_head_overview(n_heads=n_heads)
+    boxes = cells(figure)
+    texts = figure_texts(figure)
+    for stage in ["x\n(B, T, D)", "q = x W_q\n(B, T, D)", "k = x W_k\n(B, T, D)"]:
+        assert stage in texts
+    assert "split\n.view\n.transpose(1, 2)" in texts and "merge\n(concat)\n(B, T, D)" in texts
+    head_boxes = [text for text in texts if text.startswith("head ") and "softmax" in text]
+    assert head_boxes == [f"head {h}\nsoftmax(q kᵀ/√d_head) v" for h in range(n_heads)]
+    head_colours = [to_hex(b.get_facecolor()) for b in boxes[5 : 5 + n_heads]]
+    assert head_colours == [to_hex(HEAD_COLORS[h]) for h in range(n_heads)]
+    assert len(boxes) == 7 + n_heads  # x, 3 projections, split, heads, merge, W_o
+
+
+def test_the_overview_refuses_too_many_heads():
+    with pytest.raises(ValueError, match=r"n_heads: expected an int in \[1, 7\], got 8"):
+        multi_head_overview(n_heads=8)

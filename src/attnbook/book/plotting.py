@@ -108,10 +108,28 @@ def plot_attention(
     *,
     ax: Axes | None = None,
     title: str | None = None,
+    mask: torch.Tensor | np.ndarray | None = None,
 ) -> Axes:
-    """Draw one (T, S) weight matrix: query t is row t, key s is column s. Returns the axes."""
+    """Draw one (T, S) weight matrix: query t is row t, key s is column s. Returns the axes.
+
+    With a (T, S) boolean ``mask`` (True = may attend), blocked entries are drawn in light grey,
+    so a blocked pair can be told apart from an allowed one whose weight is 0.
+    """
     matrix = _as_array(weights, "weights", 2, "(T, S)")
     options = {"cmap": CMAP, "vmin": 0.0}
+    if mask is not None:
+        dtype = mask.dtype if torch.is_tensor(mask) else np.asarray(mask).dtype
+        if dtype not in (torch.bool, np.bool_):
+            raise ValueError(
+                f"mask: expected a boolean mask (True = may attend), got dtype {dtype}"
+            )
+        allowed = _as_array(mask, "mask", 2, "(T, S)").astype(bool)
+        if allowed.shape != matrix.shape:
+            raise ValueError(
+                f"mask: expected the weights' shape {matrix.shape}, got {allowed.shape}"
+            )
+        matrix = np.ma.masked_where(~allowed, matrix)
+        options["cmap"] = plt.get_cmap(CMAP).with_extremes(bad="lightgrey")
     return _heatmap(
         matrix,
         query_labels,

@@ -7,11 +7,12 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 
 from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
-from attnbook.book.diagrams.heads import head_split
+from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.kv_cache import kv_cache_steps
 from attnbook.book.diagrams.latent import mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
+from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
@@ -27,9 +28,11 @@ __all__ = [
     "cache_versus_state",  # chapter 18
     "head_split",  # chapter 5
     "key_selection",  # chapter 19
+    "mask_gallery",  # chapter 4
     "kernel_programs",  # chapter 16
     "kv_cache_steps",  # chapter 8
     "mla_data_flow",  # chapter 11
+    "multi_head_overview",  # chapter 5
     "ring_steps",  # chapter 10
     "rope_rotation",  # chapter 7
     "self_attention_dataflow",  # chapter 3
