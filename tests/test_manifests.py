@@ -8,19 +8,23 @@ import json
 
 import pytest
 
-from attnbook.models import capstone, reference_model
+from attnbook.analysis import circuits
+from attnbook.analysis.circuits import load_circuit_models
+from attnbook.models import capstone, gated_models, reference_model, sparse_models
 from attnbook.models.capstone import load_capstone_models
+from attnbook.models.gated_models import load_gated_models
 from attnbook.models.reference_model import load_reference_model
+from attnbook.models.sparse_models import load_sparse_models
 
 LOADERS = {  # module, loader, manifest fields to remove: top level and nested
     "reference": (
         reference_model,
-        load_reference_model,
+        lambda: load_reference_model("cpu"),
         [("sha256",), ("config",), ("characters",), ("config", "vocab_size")],
     ),
     "capstone": (
         capstone,
-        load_capstone_models,
+        lambda: load_capstone_models("cpu"),
         [
             ("sha256",),
             ("config",),
@@ -30,7 +34,11 @@ LOADERS = {  # module, loader, manifest fields to remove: top level and nested
             ("variants", "GQA", "validation_losses"),
         ],
     ),
+    "gated": (gated_models, load_gated_models, [("sha256",), ("config",)]),
+    "circuits": (circuits, load_circuit_models, [("sha256",)]),
+    "sparse": (sparse_models, load_sparse_models, [("sha256",)]),
 }
+WRONG_TYPE = {"gated": "sha256", "circuits": "sha256", "sparse": "sha256"}  # default: config
 
 
 def damaged(module, monkeypatch, change):
@@ -45,7 +53,8 @@ def damaged(module, monkeypatch, change):
 
 
 def expected_message(module, what):
-    return f"data/{module.MANIFEST}{what}.*re-run `{module.RETRAIN}`"
+    regenerate = getattr(module, "RETRAIN", None) or module.REGENERATE
+    return f"data/{module.MANIFEST}{what}.*re-run `{regenerate}`"
 
 
 @pytest.mark.parametrize("which", LOADERS)
@@ -54,7 +63,7 @@ def test_a_truncated_manifest_names_the_file_and_the_script(monkeypatch, which, 
     module, load, _ = LOADERS[which]
     damaged(module, monkeypatch, lambda data: data[: int(len(data) * keep)])
     with pytest.raises(ValueError, match=expected_message(module, " is not valid JSON")):
-        load("cpu")
+        load()
 
 
 @pytest.mark.parametrize("which", LOADERS)
@@ -62,10 +71,10 @@ def test_a_manifest_that_is_not_an_object_or_not_text_is_refused(monkeypatch, wh
     module, load, _ = LOADERS[which]
     damaged(module, monkeypatch, lambda data: b"[1, 2]")
     with pytest.raises(ValueError, match=expected_message(module, ": expected a JSON object")):
-        load("cpu")
+        load()
     damaged(module, monkeypatch, lambda data: b"\xff\xfe{")
     with pytest.raises(ValueError, match=expected_message(module, " is not valid JSON")):
-        load("cpu")
+        load()
 
 
 def incomplete_cases():
@@ -89,18 +98,20 @@ def test_a_manifest_missing_a_field_names_it_the_file_and_the_script(monkeypatch
     damaged(module, monkeypatch, without)
     message = expected_message(module, f": the manifest has no field '{path[-1]}'")
     with pytest.raises(ValueError, match=message):
-        load("cpu")
+        load()
 
 
 @pytest.mark.parametrize("which", LOADERS)
 def test_a_field_of_the_wrong_type_names_the_file_and_the_script(monkeypatch, which):
     module, load, _ = LOADERS[which]
 
-    def config_as_list(data):
+    field = WRONG_TYPE.get(which, "config")
+
+    def field_as_number(data):
         manifest = json.loads(data)
-        manifest["config"] = [1, 2]
+        manifest[field] = 12
         return json.dumps(manifest).encode()
 
-    damaged(module, monkeypatch, config_as_list)
+    damaged(module, monkeypatch, field_as_number)
     with pytest.raises(ValueError, match=expected_message(module, ": a field of the manifest has")):
-        load("cpu")
+        load()

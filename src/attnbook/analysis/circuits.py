@@ -23,8 +23,6 @@ during training (:func:`circuit_measurements`), and the shipped snapshots
 (:func:`load_circuit_models`, made by ``scripts/train_circuit_models.py``).
 """
 
-import json
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -32,7 +30,13 @@ from torch import Tensor
 from attnbook.core._checks import check_floating, check_tensor, shape_of
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.periodic import SEQUENCE_LENGTH, VOCAB_SIZE
-from attnbook.models.shipped import check_sha256, read_shipped, read_state_dict
+from attnbook.models.shipped import (
+    check_sha256,
+    manifest_fields,
+    read_manifest,
+    read_shipped,
+    read_state_dict,
+)
 
 
 def _check_weights(weights: object) -> int:
@@ -175,15 +179,20 @@ def circuit_measurements(
     }
 
 
+def _read_shipped(name: str) -> bytes:
+    return read_shipped(name, REGENERATE)
+
+
 def load_circuit_models() -> tuple[dict[str, TinyDecoder], dict]:
     """Chapter 14's shipped snapshots as eval-mode models, and the manifest with the curves.
 
     The keys name a run and a step, e.g. ``"random/200"``; the weights are stored in float16
     (to keep ``data/`` small) and loaded as float32. The file's sha256 is checked first.
     """
-    manifest = json.loads(read_shipped(MANIFEST, REGENERATE))
-    data = read_shipped(WEIGHTS, REGENERATE)
-    check_sha256(WEIGHTS, data, manifest["sha256"], REGENERATE)
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), REGENERATE)
+    data = _read_shipped(WEIGHTS)
+    with manifest_fields(MANIFEST, REGENERATE):
+        check_sha256(WEIGHTS, data, manifest["sha256"], REGENERATE)
     models = {}
     for name, state in read_state_dict(data).items():
         model = build_circuit_model()

@@ -14,7 +14,6 @@ instead, and the chapter measures how much weight its heads still put on BOS.
 metric of :func:`sink_metrics`); :func:`load_gated_models` loads and checks them.
 """
 
-import json
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,7 +25,13 @@ from attnbook.core.heads import split_heads
 from attnbook.core.masks import causal_mask
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.periodic import SEQUENCE_LENGTH, VOCAB_SIZE, periodic_batch
-from attnbook.models.shipped import check_sha256, read_shipped, read_state_dict
+from attnbook.models.shipped import (
+    check_sha256,
+    manifest_fields,
+    read_manifest,
+    read_shipped,
+    read_state_dict,
+)
 
 PERIODS = (4, 24)  # training periods, inclusive
 EVAL_PERIOD = 16  # evaluation: BOS + r(16) + r(16)
@@ -143,18 +148,24 @@ class GatedModels:
     manifest: dict
 
 
+def _read_shipped(name: str) -> bytes:
+    return read_shipped(name, RETRAIN)
+
+
 def load_gated_models() -> GatedModels:
     """The shipped plain and gated models, checked against ``data/gated_models.json``.
 
     Raises ``FileNotFoundError`` when a file is missing and ``ValueError`` when the weights'
     sha256 or shapes differ from the manifest's; both name the script to re-run.
     """
-    manifest = json.loads(read_shipped(MANIFEST, RETRAIN))
-    weights = read_shipped(WEIGHTS, RETRAIN)
-    check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
-    if manifest["config"] != CONFIG:
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), RETRAIN)
+    weights = _read_shipped(WEIGHTS)
+    with manifest_fields(MANIFEST, RETRAIN):
+        check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
+        config = manifest["config"]
+    if config != CONFIG:
         raise ValueError(
-            f"data/{MANIFEST}: config {manifest['config']} differs from the library's {CONFIG}: "
+            f"data/{MANIFEST}: config {config} differs from the library's {CONFIG}: "
             f"re-run `{RETRAIN}`"
         )
     states = read_state_dict(weights)

@@ -16,14 +16,18 @@ read at most ``KEYS = 4`` of up to 33 keys per query (or all of them, for dense)
 and its manifest; :func:`load_sparse_models` reads them back.
 """
 
-import json
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbook.models.decoder import TinyDecoder
-from attnbook.models.shipped import check_sha256, manifest_fields, read_shipped, read_state_dict
+from attnbook.models.shipped import (
+    check_sha256,
+    manifest_fields,
+    read_manifest,
+    read_shipped,
+    read_state_dict,
+)
 from attnbook.sparse.indexer import dense_target, topk_recall, topk_tokens
 from attnbook.sparse.layers import IndexedSparseAttention, MoBASelfAttention
 
@@ -150,13 +154,17 @@ def indexer_recall(model: TinyDecoder, tokens: Tensor) -> list[float]:
     return recalls
 
 
+def _read_shipped(name: str) -> bytes:
+    return read_shipped(name, RETRAIN)
+
+
 def load_sparse_models() -> tuple[dict[str, TinyDecoder], dict]:
     """The shipped models (eval mode), keyed ``"<kind>/seed<n>"``, and the manifest.
 
     Indexer models come in ``"sparse"`` mode. The file's sha256 is checked first.
     """
-    manifest = json.loads(read_shipped(MANIFEST, RETRAIN))
-    data = read_shipped(WEIGHTS, RETRAIN)
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), RETRAIN)
+    data = _read_shipped(WEIGHTS)
     with manifest_fields(MANIFEST, RETRAIN):
         check_sha256(WEIGHTS, data, manifest["sha256"], RETRAIN)
     models = {}
