@@ -47,3 +47,15 @@ def test_mla_data_flow_follows_its_widths():
     shown = figure_texts(figure)
     plt.close(figure)
     assert "c_KV\n(16)" in shown and any("16 + 4 = 20" in text for text in shown)
+
+
+def test_mla_absorbed_flow_shows_one_shared_key_head():
+    from attnbook.book.diagrams import mla_absorbed_flow
+
+    figure = mla_absorbed_flow(latent_dim=16, rope_dim=4, head_dim=8, n_heads=3)
+    shown = figure_texts(figure)
+    plt.close(figure)
+    assert "W_UK^T" in shown and "W_UV, W_O" in shown
+    assert "q in latent space\n(H, 16)" in shown and "q_C per head\n(H, 8)" in shown
+    assert any("3 query heads,\n1 key head\nof width 20" in text for text in shown)
+    assert any("20 numbers" in text for text in shown)

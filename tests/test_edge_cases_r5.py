@@ -183,6 +183,8 @@ BAD_DIAGRAM_CALLS = [
     (diagrams.mla_data_flow, {"latent_dim": 0}, "latent_dim"),
     (diagrams.mla_data_flow, {"rope_dim": -1}, "rope_dim"),
     (diagrams.mla_data_flow, {"head_dim": "128"}, "head_dim"),
+    (diagrams.mla_absorbed_flow, {"n_heads": 0}, "n_heads"),
+    (diagrams.mla_absorbed_flow, {"latent_dim": 2.5}, "latent_dim"),
     (diagrams.tiling_grid, {"n_query_blocks": 0}, "n_query_blocks"),
     (diagrams.tiling_grid, {"n_key_blocks": 1.5}, "n_key_blocks"),
     (diagrams.tiling_grid, {"current": (5, 0)}, "current"),

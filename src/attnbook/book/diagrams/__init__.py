@@ -10,7 +10,7 @@ from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.kv_cache import kv_cache_steps
-from attnbook.book.diagrams.latent import mla_data_flow
+from attnbook.book.diagrams.latent import mla_absorbed_flow, mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
 from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
@@ -31,6 +31,7 @@ __all__ = [
     "mask_gallery",  # chapter 4
     "kernel_programs",  # chapter 16
     "kv_cache_steps",  # chapter 8
+    "mla_absorbed_flow",  # chapter 11
     "mla_data_flow",  # chapter 11
     "multi_head_overview",  # chapter 5
     "ring_steps",  # chapter 10
