@@ -28,9 +28,11 @@ def test_key_selection_colours_what_each_method_reads():
     ax = figure.axes[0]
     colours = [patch.get_facecolor() for patch in ax.patches]
     assert len(colours) == 4 * 8 + 4  # four rows of tokens, four summaries
-    light = colours[-1]
+    light = colours[0]  # MoBA skips token 0: the colour of a key not read
     sliding = colours[3 * 8 : 4 * 8]
     assert [c != light for c in sliding] == [False] * 6 + [True] * 2
+    summaries = colours[4 * 8 :]  # the query ends its block: every summary is read
+    assert all(c != light for c in summaries)
     figure_texts(figure)
 
 

@@ -141,7 +141,8 @@ def indexer_recall(model: TinyDecoder, tokens: Tensor) -> list[float]:
     """Per layer, the mean share of the dense attention's top 4 keys the indexer picks.
 
     Dense weights are the layer's own causal attention, summed over heads (what the warm-up
-    fits); queries with at most 4 earlier keys are left out.
+    fits); queries 0 to 3, with fewer than 4 earlier keys (at most 4 keys, themselves
+    included, which every method reads whole), are left out.
     """
     recalls = []
     with torch.no_grad():

@@ -2,7 +2,7 @@
 
 from matplotlib.figure import Figure
 
-from attnbook.book.diagrams._draw import BLUE, GREEN, LIGHT, ORANGE, PINK, box, canvas, label
+from attnbook.book.diagrams._draw import BLUE, GREEN, LIGHT, ORANGE, PINK, SKY, box, canvas, label
 
 
 def key_selection(*, n_tokens: int = 16, block_size: int = 4) -> Figure:
@@ -59,11 +59,12 @@ def key_selection(*, n_tokens: int = 16, block_size: int = 4) -> Figure:
     y = top - len(rows) - 0.5
     label(ax, (left - 0.2, y + 0.25), "NSA compressed", fontsize=9, ha="right")
     # every block is complete: the query is the last token of its own block, so it reads all
-    # n_blocks summaries (attnbook.compressed_mask counts a block ending at t as complete at t)
+    # n_blocks summaries (attnbook.compressed_mask counts a block ending at t as complete at t),
+    # each coloured as read
     for block in range(n_blocks):
         x = left + block * block_size * (width + gap)
         span = block_size * (width + gap) - gap
-        box(ax, x, y, span, 0.5, f"summary {block}", color=LIGHT, fontsize=8)
+        box(ax, x, y, span, 0.5, f"summary {block}", color=SKY, fontsize=8)
     note = "one key per complete block"
     label(ax, (left + n_tokens * (width + gap) + 0.2, y + 0.25), note, fontsize=8, ha="left")
     return ax.figure
