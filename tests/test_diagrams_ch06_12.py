@@ -59,3 +59,15 @@ def test_mla_absorbed_flow_shows_one_shared_key_head():
     assert "q in latent space\n(H, 16)" in shown and "q_C per head\n(H, 8)" in shown
     assert any("3 query heads,\n1 key head\nof width 20" in text for text in shown)
     assert any("20 numbers" in text for text in shown)
+
+
+def test_tiny_gpt_variants_lists_what_each_variant_caches():
+    from attnbook.book.diagrams import tiny_gpt_variants
+
+    figure = tiny_gpt_variants(n_layers=3, n_heads=8, n_kv_heads=2, latent_dim=24)
+    shown = figure_texts(figure)
+    plt.close(figure)
+    assert "block\nx 3" in shown
+    for cached in ("2 x 8 x d_head", "2 x 2 x d_head", "2 x d_head", "d_c = 24"):
+        assert cached in shown
+    assert "W_K, W_V: 8 key/value heads" in shown and "LayerNorm, attention" in shown

@@ -20,6 +20,7 @@ from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.serving import block_tables
 from attnbook.book.diagrams.sparse import key_selection
 from attnbook.book.diagrams.tiling import tiling_grid
+from attnbook.book.diagrams.tiny_gpt import tiny_gpt_variants
 
 __all__ = [
     "attention_options",  # chapter 15
@@ -39,4 +40,5 @@ __all__ = [
     "self_attention_dataflow",  # chapter 3
     "seq2seq_decoders",  # chapter 1
     "tiling_grid",  # chapter 9
+    "tiny_gpt_variants",  # chapter 12
 ]
