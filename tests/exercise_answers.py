@@ -243,6 +243,22 @@ def gather_keys(pool, table, length):  # ch17
     return pool[table].reshape(-1, pool.size(-1))[:length]
 
 
+def beam_blocks(prompt_len, n_beams, n_new, block_size):  # ch17
+    full, partial = divmod(prompt_len, block_size)
+    prompt_blocks = -(-prompt_len // block_size)
+    new_per_beam = -(-(prompt_len + n_new) // block_size) - prompt_blocks
+    versions_of_last = n_beams if partial and n_new else int(bool(partial))
+    return full + versions_of_last + n_beams * new_per_beam
+
+
+def block_hashes(tokens, block_size):  # ch17
+    hashes, previous = [], None
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        previous = hash((previous, tuple(tokens[start : start + block_size])))
+        hashes.append(previous)
+    return hashes
+
+
 def delta_rule_step(state, k, v, alpha, beta):  # ch18
     return alpha * state + beta * torch.outer(k, v - alpha * state.T @ k)
 
@@ -304,6 +320,8 @@ SOLUTIONS = {
     "check_causal_tile_kind": causal_tile_kind,
     "check_paged_slots": paged_slots,
     "check_gather_keys": gather_keys,
+    "check_beam_blocks": beam_blocks,
+    "check_block_hashes": block_hashes,
     "check_delta_rule_step": delta_rule_step,
     "check_chunk_decays": chunk_decays,
     "check_moba_choice": moba_choice,

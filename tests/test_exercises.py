@@ -16,6 +16,7 @@ from exercise_answers import (
     PreallocatedKVCache,
     alibi_slopes,
     attention_backward,
+    beam_blocks,
     cache_bytes_per_token,
     causal_tile_kind,
     chunk_decays,
@@ -595,6 +596,28 @@ WRONG_ANSWERS = {
         (lambda p, t, n: gather_keys(p, sorted(t), n), "blocks are read in the table's order"),
         (lambda p, t, n: p[t].reshape(-1, p.size(-1)), "should have shape (10, 3)"),
         (lambda p, t, n: p[t].transpose(0, 1).reshape(-1, p.size(-1))[:n], "position 1"),
+    ],
+    "check_beam_blocks": [
+        (lambda p, n, k, b: n * -(-(p + k) // b), "each beam but the last copies it"),
+        (
+            lambda p, n, k, b: beam_blocks(p, n, k, b) - bool(p % b and k and n > 1),
+            "each beam but the last copies it",
+        ),
+        (
+            lambda p, n, k, b: beam_blocks(p, n, max(k, 1), b),
+            "beam_blocks(30, 4, 0, 8) should be 4",
+        ),
+    ],
+    "check_block_hashes": [
+        (
+            lambda t, b: [hash(tuple(t[i : i + b])) for i in range(0, len(t) - b + 1, b)],
+            "must cover them too",
+        ),
+        (
+            lambda t, b: [hash(tuple(t[: i + b])) for i in range(0, len(t), b)],
+            "one per *full* block",
+        ),
+        (lambda t, b: [hash(tuple(t))] * (len(t) // b), "so hash 0 should match"),
     ],
     "check_delta_rule_step": [
         (lambda S, k, v, a, b: a * S + b * torch.outer(k, v), "linear attention's write"),

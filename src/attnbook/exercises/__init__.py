@@ -41,7 +41,12 @@ from attnbook.exercises.ch15 import (
     check_sink_window_mask,
 )
 from attnbook.exercises.ch16 import check_causal_tile_kind
-from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
+from attnbook.exercises.ch17 import (
+    check_beam_blocks,
+    check_block_hashes,
+    check_gather_keys,
+    check_paged_slots,
+)
 from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
 from attnbook.exercises.ch19 import check_moba_choice, check_recall
 
@@ -50,6 +55,8 @@ __all__ = [
     "check_alibi_slopes",
     "check_attention_backward",
     "check_attention_parameter_count",
+    "check_beam_blocks",
+    "check_block_hashes",
     "check_cache_bytes_per_token",
     "check_chunk_decays",
     "check_causal_tile_kind",

@@ -1,12 +1,14 @@
-"""Chapter 17's exercise checkers: the block arithmetic and the gather of a paged cache."""
+"""Chapter 17's exercise checkers: block arithmetic, the gather, beams' blocks, block hashes."""
 
 from collections.abc import Callable
 
 import torch
 
 from attnbook.exercises._common import _as_tensor, _call, _checker, _fail, _generator, _succeed
+from attnbook.serving.paged_cache import PagedKVCache
 
-# Chapter 17: how many slots a paged sequence holds; its keys read through a block table.
+# Chapter 17: how many slots a paged sequence holds; its keys read through a block table; the
+# blocks forked beams use; hashes that name a block together with its prefix.
 
 
 @_checker
@@ -49,3 +51,84 @@ def check_gather_keys(gather_keys: Callable) -> None:
                 f"the table's order, whatever their numbers"
             )
     _succeed("the keys come back in position order through the block table")
+
+
+def _beams_on_a_pool(prompt_len: int, n_beams: int, n_new: int, block_size: int) -> int:
+    """Blocks a real PagedKVCache uses after forking ``n_beams`` beams that each grow."""
+    pool = PagedKVCache(64, block_size, n_layers=1, n_kv_heads=1, head_dim=1)
+    pool.add_sequence(0)
+    pool.reserve(0, prompt_len)
+    for beam in range(1, n_beams):
+        pool.fork(0, beam)
+    for beam in range(n_beams):
+        pool.reserve(beam, n_new)
+    return pool.n_used_blocks
+
+
+@_checker
+def check_beam_blocks(beam_blocks: Callable[[int, int, int, int], int]) -> None:
+    """``beam_blocks(prompt_len, n_beams, n_new, block_size)``: blocks used by forked beams."""
+    cases = [(30, 4, 5, 8), (32, 4, 5, 8), (30, 4, 0, 8), (30, 4, 1, 8), (30, 1, 5, 8)]
+    cases += [(5, 3, 9, 4), (7, 2, 1, 1), (12, 3, 20, 16), (3, 5, 2, 16)]
+    for prompt_len, n_beams, n_new, block_size in cases:
+        expected = _beams_on_a_pool(prompt_len, n_beams, n_new, block_size)
+        call = f"beam_blocks({prompt_len}, {n_beams}, {n_new}, {block_size})"
+        got = _call(beam_blocks, call, prompt_len, n_beams, n_new, block_size)
+        if got != expected:
+            partial = prompt_len % block_size
+            if partial and n_new and n_beams > 1:
+                hint = (
+                    "the prompt's partly filled last block is written by every beam: each "
+                    "beam but the last copies it, the last writes into the original"
+                )
+            elif not partial and n_beams > 1:
+                hint = "a prompt that fills its last block leaves nothing to copy"
+            elif not n_new:
+                hint = "beams that have not grown share every block: nothing is copied yet"
+            else:
+                hint = "count the prompt's blocks once and each beam's new blocks"
+            _fail(f"{call} should be {expected} (what PagedKVCache uses), got {got!r}: {hint}")
+    _succeed("your count matches the blocks a PagedKVCache hands out to forked beams")
+
+
+@_checker
+def check_block_hashes(block_hashes: Callable[[list[int], int], list]) -> None:
+    """``block_hashes(tokens, block_size)``: block i's hash says whether (i+1)*bs tokens agree."""
+    base = [5, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]
+    variants = {
+        "the same tokens": base,
+        "block 0 changed": [7] + base[1:],
+        "block 2 changed": base[:8] + [0] + base[9:],
+        "block 0 equal to block 1": [5, 9, 2, 6] + base[4:],
+        "two tokens more": base + [1, 2],
+        "one token fewer": base[:-1],
+    }
+    block_size = 4
+    reference = _call(block_hashes, f"block_hashes({base}, 4)", base, block_size)
+    if not isinstance(reference, list | tuple):
+        _fail(f"block_hashes should return a list of hashes, got {type(reference).__name__}")
+    for what, tokens in variants.items():
+        call = f"block_hashes({tokens}, {block_size})"
+        got = _call(block_hashes, call, tokens, block_size)
+        n_full = len(tokens) // block_size
+        if len(got) != n_full:
+            _fail(
+                f"{call} should return {n_full} hashes, one per *full* block, got {len(got)}: "
+                "a partly filled block is never shared"
+            )
+        for i in range(min(n_full, len(reference))):
+            same_prefix = tokens[: (i + 1) * block_size] == base[: (i + 1) * block_size]
+            if (got[i] == reference[i]) != same_prefix:
+                relation = "agree" if same_prefix else "differ"
+                _fail(
+                    f"{what}: the first {(i + 1) * block_size} tokens {relation} with {base}, "
+                    f"so hash {i} should {'match' if same_prefix else 'differ'}; a block's "
+                    "keys depend on every token before it, so its hash must cover them too"
+                )
+    prefix_hashes = _call(block_hashes, "block_hashes(tokens, 4)", [5, 9, 2, 6, 5, 9, 2, 6], 4)
+    if prefix_hashes[0] == prefix_hashes[1]:
+        _fail(
+            "blocks 0 and 1 of [5, 9, 2, 6, 5, 9, 2, 6] hold the same tokens but follow "
+            "different prefixes, so their hashes must differ"
+        )
+    _succeed("each hash names a full block together with everything before it")

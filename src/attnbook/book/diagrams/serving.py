@@ -5,8 +5,9 @@ from matplotlib.figure import Figure
 from attnbook.book.diagrams._draw import BLUE, LIGHT, ORANGE, arrow, box, canvas, label
 
 SEQUENCE_COLORS = (BLUE, ORANGE)
-DEFAULT_TABLES = {"A": [1, 4, 6], "B": [1, 3]}
-DEFAULT_LENGTHS = {"A": 10, "B": 7}
+# chapter 17's allocator trace after "A grows by 5": block 0 shared, block 1 A's, 2 B's copy
+DEFAULT_TABLES = {"A": [0, 1, 3], "B": [0, 2]}
+DEFAULT_LENGTHS = {"A": 11, "B": 7}
 
 
 def block_tables(
@@ -16,7 +17,7 @@ def block_tables(
     n_blocks: int = 8,
     block_size: int = 4,
 ) -> Figure:
-    """Each sequence's logical blocks (top) and the physical pool (bottom), joined by arrows.
+    """Each sequence's logical blocks (top, side by side) and the pool (bottom), with arrows.
 
     ``tables`` maps a sequence's name to its block table, ``lengths`` to its number of cached
     positions. A pool block is coloured by the sequence that owns it, grey when several share
@@ -33,7 +34,8 @@ def block_tables(
             if not 0 <= block < n_blocks:
                 raise ValueError(f"tables: block {block} is not in a pool of {n_blocks} blocks")
             counts[block] += 1
-    ax = canvas(n_blocks * 1.3 + 1.6, 5.2, inches_per_unit=0.7)
+    width = 1.3 * max(n_blocks, sum(len(t) for t in tables.values()) + 1) + 1.6
+    ax = canvas(width, 5.2, inches_per_unit=0.7)
     label(ax, (0.7, 1.0), "pool", fontsize=10)
     owners = {}
     for table, color in zip(tables.values(), SEQUENCE_COLORS, strict=False):
@@ -56,14 +58,14 @@ def block_tables(
             text_color="white" if dark else "black",
             fontsize=8,
         )
-    for row, ((name, table), color) in enumerate(
-        zip(tables.items(), SEQUENCE_COLORS, strict=False)
-    ):
-        y = 4.0 - 1.3 * row
-        label(ax, (0.7, y + 0.4), f"seq {name}", fontsize=10, color=color)
+    # the sequences sit side by side in one row, so no arrow crosses another sequence's box
+    start = 1.6
+    for (name, table), color in zip(tables.items(), SEQUENCE_COLORS, strict=False):
+        y = 3.6
+        label(ax, (start + 0.55, y + 1.1), f"seq {name}", fontsize=10, color=color)
         for index, block in enumerate(table):
             filled = min(block_size, max(0, lengths[name] - index * block_size))
-            x = 1.6 + 1.3 * index
+            x = start + 1.3 * index
             box(
                 ax,
                 x,
@@ -75,4 +77,5 @@ def block_tables(
                 fontsize=8,
             )
             arrow(ax, (x + 0.55, y), (1.6 + 1.3 * block + 0.55, 1.5), color=color)
+        start += 1.3 * len(table) + 0.6
     return ax.figure
