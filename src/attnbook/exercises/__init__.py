@@ -40,7 +40,7 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
-from attnbook.exercises.ch16 import check_causal_tile_kind
+from attnbook.exercises.ch16 import check_causal_flash, check_causal_tile_kind, check_flash_exp2
 from attnbook.exercises.ch17 import check_gather_keys, check_paged_slots
 from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
 from attnbook.exercises.ch19 import check_moba_choice, check_recall
@@ -53,6 +53,8 @@ __all__ = [
     "check_cache_bytes_per_token",
     "check_chunk_decays",
     "check_causal_tile_kind",
+    "check_causal_flash",
+    "check_flash_exp2",
     "check_concat_scores",
     "check_delta_rule_step",
     "check_find_circuit",
