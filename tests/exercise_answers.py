@@ -235,6 +235,18 @@ def causal_tile_kind(start_m, start_n, block_m, block_n):  # ch16
     return "diagonal"
 
 
+def causal_flash(q, k, v, BM, BN, **switches):  # ch16, a Triton kernel: see triton_answers.py
+    from triton_answers import causal_flash as run
+
+    return run(q, k, v, BM, BN, **switches)
+
+
+def flash_exp2(q, k, v, **switches):  # ch16, a Triton kernel: see triton_answers.py
+    from triton_answers import flash_exp2 as run
+
+    return run(q, k, v, **switches)
+
+
 def paged_slots(length, block_size):  # ch17
     return block_size * -(-length // block_size)
 
@@ -318,6 +330,8 @@ SOLUTIONS = {
     "check_sink_weights": weights_with_sink,
     "check_receptive_field": receptive_field,
     "check_causal_tile_kind": causal_tile_kind,
+    "check_causal_flash": causal_flash,
+    "check_flash_exp2": flash_exp2,
     "check_paged_slots": paged_slots,
     "check_gather_keys": gather_keys,
     "check_beam_blocks": beam_blocks,

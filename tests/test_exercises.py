@@ -18,11 +18,13 @@ from exercise_answers import (
     attention_backward,
     beam_blocks,
     cache_bytes_per_token,
+    causal_flash,
     causal_tile_kind,
     chunk_decays,
     concat_scores,
     delta_rule_step,
     find_circuit,
+    flash_exp2,
     gather_keys,
     head_importance,
     head_projection,
@@ -48,6 +50,7 @@ from attnbook import (
     previous_token_score,
 )
 from attnbook.exercises import ExerciseError, ch14
+from attnbook.kernels import runtime
 from attnbook.models.periodic import periodic_batch
 
 CHECKERS = [name for name in exercises.__all__ if name.startswith("check_")]
@@ -587,6 +590,34 @@ WRONG_ANSWERS = {
         (only_same_start_is_diagonal, "(8, 12, 8, 4) returned 'skip', expected 'diagonal'"),
         (lambda *args: "masked", "should return one of ('full', 'diagonal', 'skip')"),
     ],
+    "check_causal_flash": [
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, masked=False, skips=False),
+            "the output differs from causal SDPA",
+        ),
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, skips=False),
+            "read all 16 tiles: the output is right",
+        ),
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, strict=True),
+            "returned inf or NaN: a row whose every key is masked",
+        ),
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, masked=False),
+            "the output differs from causal SDPA",
+        ),
+        (lambda q, k, v, bm, bn: q, "should return a pair (out, tiles)"),
+    ],
+    "check_flash_exp2": [
+        (lambda q, k, v: flash_exp2(q, k, v, fold=False), "the output differs from SDPA"),
+        (lambda q, k, v: flash_exp2(q, k, v, factor=1.0), "lse is still the base-2 value"),
+        (
+            lambda q, k, v: flash_exp2(q, k, v, factor=math.log2(math.e)),
+            "lse differs from torch.logsumexp",
+        ),
+        (lambda q, k, v: flash_exp2(q, k, v, log2=False), "lse differs from torch.logsumexp"),
+    ],
     "check_paged_slots": [
         (lambda n, b: b * (n // b), "round the length *up*"),
         (lambda n, b: b * (n // b + 1), "needs no extra block"),
@@ -654,6 +685,18 @@ WRONG_ANSWERS = {
         (recall_without_topk, "compare the chosen ids"),
     ],
 }
+# Chapter 16's kernel exercises run the reader's Triton: only where Triton installs.
+TRITON_CHECKERS = {"check_causal_flash", "check_flash_exp2"}
+
+
+@pytest.fixture(autouse=True)
+def _skip_triton_checkers_without_triton(request):
+    callspec = getattr(request.node, "callspec", None)
+    needs_triton = callspec and callspec.params.get("name") in TRITON_CHECKERS
+    if needs_triton and not runtime.has_triton_wheel():
+        pytest.skip(f"triton has no wheel for {runtime.platform_name()}")
+
+
 CASES = [
     pytest.param(name, wrong, words, id=f"{name}-{index}")
     for name, answers in WRONG_ANSWERS.items()

@@ -10,8 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnbook.core.masks import causal_mask
 from attnbook.kernels import runtime
-from attnbook.kernels.attention import MAX_HEAD_DIM, check_triton_inputs, triton_attention
+from attnbook.kernels.attention import (
+    MAX_HEAD_DIM,
+    attention_backward,
+    attention_forward,
+    check_triton_inputs,
+    triton_attention,
+)
 
 needs_triton = pytest.mark.skipif(
     not runtime.has_triton_wheel(),
@@ -49,15 +56,42 @@ def _check_against_sdpa(batch, heads, seq_q, seq_k, head_dim, is_causal, seed=0,
 @pytest.mark.parametrize(
     ("batch", "heads", "seq_q", "seq_k", "head_dim", "is_causal"),
     [
-        (2, 3, 70, 70, 16, False),  # T not a multiple of the 64-row block, B and H > 1
-        (1, 2, 70, 70, 40, True),  # causal, d not a power of two (padded to 64 inside)
+        (2, 2, 40, 24, 16, False),  # B and H > 1, T > S, neither a multiple of the 64-row block
+        (1, 1, 70, 70, 40, True),  # causal over two blocks, the last partial; d padded to 64
         (1, 1, 30, 100, 64, True),  # T < S, causal top-left: blocks past the diagonal skipped
-        (1, 1, 100, 30, 64, True),  # T > S: whole query blocks past the keys
-        (1, 1, 65, 50, 128, False),  # the widest head, T != S
+        (1, 1, 100, 30, 128, True),  # T > S, the widest head: a query block past the keys
     ],
 )
 def test_output_and_gradients_match_sdpa(batch, heads, seq_q, seq_k, head_dim, is_causal):
     _check_against_sdpa(batch, heads, seq_q, seq_k, head_dim, is_causal)
+
+
+@needs_triton
+def test_the_gpu_tile_shape_with_two_diagonal_tiles_per_program():
+    """The GPU's shapes scaled down for the interpreter: a forward with BLOCK_M = 2 * BLOCK_N
+    (128 by 64 on a GPU, 32 by 16 here), so each causal program walks two masked diagonal
+    tiles, and a backward with square tiles of 16 (64 on a GPU); T < S, neither a multiple."""
+    seq_q, seq_k = 50, 60
+    q, k, v = (x.detach() for x in _inputs(1, 1, seq_q, seq_k, 16, seed=4))
+    grad_output = torch.randn_like(q)
+    scale = 0.25
+    output, lse = attention_forward(q, k, v, True, scale, block_m=32, block_n=16)
+    grads = attention_backward(q, k, v, output, lse, grad_output, True, scale, block=16)
+    reference = [x.double().requires_grad_() for x in (q, k, v)]
+    expected = F.scaled_dot_product_attention(*reference, is_causal=True, scale=scale)
+    expected.backward(grad_output.double())
+    torch.testing.assert_close(output.double(), expected, atol=ATOL, rtol=0)
+    scores = (reference[0] @ reference[1].transpose(-2, -1)).detach() * scale
+    scores = scores.masked_fill(~causal_mask(seq_q, seq_k).to(DEVICE), float("-inf"))
+    torch.testing.assert_close(lse.double(), scores.logsumexp(-1), atol=ATOL, rtol=0)
+    for name, mine, theirs in zip("qkv", grads, reference, strict=True):
+        torch.testing.assert_close(mine.double(), theirs.grad, atol=ATOL, rtol=0, msg=name)
+
+
+def test_the_forward_refuses_a_query_block_that_is_not_a_multiple_of_the_key_block():
+    q = torch.zeros(1, 1, 4, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="block_m: expected a multiple of block_n = 32, got 48"):
+        attention_forward(q, q, q, True, 0.25, block_m=48, block_n=32)
 
 
 @needs_triton

@@ -1,8 +1,27 @@
-"""Chapter 16's exercise checker: which tiles a causal FlashAttention kernel visits, and how."""
+"""Chapter 16's exercise checkers: which tiles a causal FlashAttention kernel visits, a causal
+kernel of the reader's own, and the exp2 form of the online softmax.
 
+The kernels are the reader's; these checkers only call them on small tensors (on CUDA where it
+is available, else on the CPU, where the reader's Triton runs in its interpreter) and compare
+with PyTorch in float64. They never import Triton themselves.
+"""
+
+import math
+import warnings
 from collections.abc import Callable
 
-from attnbook.exercises._common import _call, _checker, _fail, _succeed
+import torch
+import torch.nn.functional as F
+
+from attnbook.exercises._common import (
+    _as_tensor,
+    _call,
+    _checker,
+    _close,
+    _fail,
+    _generator,
+    _succeed,
+)
 
 # Chapter 16: the Triton FlashAttention kernel.
 
@@ -44,3 +63,80 @@ def check_causal_tile_kind(fn: Callable[[int, int, int, int], str]) -> None:
         }[expected]
         _fail(f"{call} returned {kind!r}, expected {expected!r}: {why}")
     _succeed("full below the diagonal, masked on it, skipped above it, for any block sizes")
+
+
+def _random_qkv(seq_q: int, seq_k: int, head_dim: int, seed: int) -> list[torch.Tensor]:
+    """(1, 1, T, d) queries and (1, 1, S, d) keys and values, on the kernels' device."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = _generator(seed)
+    lengths = (seq_q, seq_k, seq_k)
+    return [torch.randn(1, 1, n, head_dim, generator=generator).to(device) for n in lengths]
+
+
+def _call_kernel(fn: Callable, call: str, *args):
+    """The reader's launch, with NumPy's warnings about inf - inf silenced: in the interpreter
+    a fully masked row warns before it turns into NaN, which the checks below then name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _call(fn, call, *args)
+
+
+def _check_output(out, q, k, v, call: str, is_causal: bool) -> None:
+    out = _as_tensor(out, call, "the output, a tensor shaped like q")
+    if out.shape != q.shape:
+        _fail(f"{call} should return an output of shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    if not torch.isfinite(out).all():
+        _fail(f"{call} returned inf or NaN: a row whose every key is masked divides 0 by 0")
+    expected = F.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), is_causal=is_causal
+    )
+    if not _close(out, expected, atol=1e-5, rtol=0):
+        mask = "causal " if is_causal else ""
+        error = (out.double() - expected).abs().max().item()
+        _fail(f"{call}: the output differs from {mask}SDPA in float64 by up to {error:.2g}")
+
+
+@_checker
+def check_causal_flash(fn: Callable) -> None:
+    """``fn(q, k, v, BM, BN)``: ``(out, tiles)``, causal attention (query i sees keys 0..i) and
+    how many (query block, key block) tiles the kernel read, for T = S = 50 and blocks of 16."""
+    q, k, v = _random_qkv(50, 50, 16, seed=16)
+    call = "causal_flash(q, k, v, 16, 16) with T = S = 50"
+    result = _call_kernel(fn, call, q, k, v, 16, 16)
+    if not isinstance(result, tuple) or len(result) != 2:
+        _fail(f"{call} should return a pair (out, tiles), got {type(result).__name__}")
+    out, tiles = result
+    _check_output(out, q, k, v, call, is_causal=True)
+    tiles = int(tiles)
+    if tiles == 16:
+        _fail(
+            f"{call} read all 16 tiles: the output is right, but query block i never sees the "
+            "key blocks after its last row; stop its loop at min(S, (i + 1) * BM)"
+        )
+    if tiles != 10:
+        _fail(f"{call} read {tiles} tiles, expected 1 + 2 + 3 + 4 = 10 (count one per key block)")
+    _succeed("causal output within 1e-5 of SDPA, 10 tiles read of 16")
+
+
+@_checker
+def check_flash_exp2(fn: Callable) -> None:
+    """``fn(q, k, v)``: ``(out, lse)``, attention and the natural log-sum-exp of each row, from a
+    kernel that works in base 2, for T = 40 queries, S = 70 keys and d = 16."""
+    q, k, v = _random_qkv(40, 70, 16, seed=17)
+    call = "flash_exp2(q, k, v) with T = 40, S = 70, d = 16"
+    result = _call_kernel(fn, call, q, k, v)
+    if not isinstance(result, tuple) or len(result) != 2:
+        _fail(f"{call} should return a pair (out, lse), got {type(result).__name__}")
+    out, lse = result
+    _check_output(out, q, k, v, call, is_causal=False)
+    lse = _as_tensor(lse, call, "the log-sum-exp, a tensor of shape (B, H, T)")
+    if lse.shape != q.shape[:-1]:
+        _fail(f"{call} should return lse of shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}")
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.size(-1))
+    expected = scores.logsumexp(dim=-1)  # (B, H, T)
+    if _close(lse * math.log(2), expected, atol=1e-5, rtol=0):
+        _fail(f"{call}: lse is still the base-2 value; multiply it by ln 2 to get the natural one")
+    if not _close(lse, expected, atol=1e-5, rtol=0):
+        error = (lse.double() - expected).abs().max().item()
+        _fail(f"{call}: lse differs from torch.logsumexp of the scores by up to {error:.2g}")
+    _succeed("output within 1e-5 of SDPA, and lse2 * ln 2 is the natural log-sum-exp")

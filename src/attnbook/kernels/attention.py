@@ -21,8 +21,10 @@ from attnbook.core.trace import record
 from attnbook.kernels.runtime import import_triton
 
 MAX_HEAD_DIM = 128
-# Square tiles keep the causal split simple: a block's diagonal is exactly one other block.
-# The interpreter pays per block operation, so bigger tiles are cheaper there.
+# The forward's BLOCK_M must be a multiple of BLOCK_N: its causal stage 1 stops at the query
+# block's first row, which must then start a key block; its diagonal is BLOCK_M / BLOCK_N key
+# blocks. The backward kernels use square tiles (BLOCK), so that a key block's diagonal is
+# exactly one query block. The interpreter pays per block operation: bigger tiles are cheaper.
 CPU_BLOCK = 64
 CUDA_BLOCK_M, CUDA_BLOCK_N, CUDA_BLOCK = 128, 64, 64
 NAMES = ("query", "key", "value")
@@ -55,7 +57,7 @@ def check_triton_inputs(query: object, key: object, value: object) -> None:
         if tensor.device.type != device:
             where = (
                 "CUDA is available, so the kernels are compiled for the GPU"
-                if device == ("cuda")
+                if device == "cuda"
                 else "there is no CUDA device, so the kernels run in Triton's interpreter on CPU"
             )
             raise ValueError(
@@ -100,20 +102,20 @@ def attention_forward(
     output (B, H, T, d) in the inputs' dtype; lse (B, H, T) in float32. ``block_m`` must be a
     multiple of ``block_n``; both default to the machine's tile sizes.
     """
-    from attnbook.kernels.forward import attention_forward_kernel
-
     on_cpu = query.device.type == "cpu"
     block_m = block_m or (CPU_BLOCK if on_cpu else CUDA_BLOCK_M)
     block_n = block_n or (CPU_BLOCK if on_cpu else CUDA_BLOCK_N)
     if block_m % block_n:
         raise ValueError(f"block_m: expected a multiple of block_n = {block_n}, got {block_m}")
+    from attnbook.kernels.forward import attention_forward_kernel
+
     batch, n_heads, seq_q, head_dim = query.shape
     output = torch.empty_like(query)
     # (B, H, T)
     lse = torch.empty(batch, n_heads, seq_q, device=query.device, dtype=torch.float32)
     grid = (triton_cdiv(seq_q, block_m), batch * n_heads)
     attention_forward_kernel[grid](
-        query, key, value, output, lse, seq_q, key.size(2), n_heads, head_dim, scale,
+        query, key, value, output, lse, seq_q, key.size(2), head_dim, scale,
         CAUSAL=is_causal, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(head_dim),
         PRECISION=_dot_precision(query.dtype),
     )  # fmt: skip
@@ -162,7 +164,7 @@ class _TritonAttention(torch.autograd.Function):
         record("q", query, "B H T d_head", "queries, one program per block of T rows")
         record("k, v", key, "B H S d_head", "read block by block, never as a whole")
         record("output", output, "B H T d_head", "normalised once, at the end of each row")
-        record("lse", lse, "B H T", "log-sum-exp per row: all that backward needs")
+        record("lse", lse, "B H T", "log-sum-exp per row: with q, k, v and O, all backward needs")
         ctx.save_for_backward(query, key, value, output, lse)
         ctx.is_causal, ctx.scale = is_causal, scale
         return output

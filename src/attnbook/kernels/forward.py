@@ -4,15 +4,16 @@ One program computes one block of ``BLOCK_M`` query rows of one (batch, head) pa
 its queries once, walks over the keys and values in blocks of ``BLOCK_N``, and keeps only a
 running row maximum ``m``, a running normaliser ``l`` and an unnormalised output ``acc``
 (online softmax). At the end it divides by ``l`` and stores the output and the per-row
-log-sum-exp ``lse = m + log(l)``, which is all the backward pass needs to recompute any tile of
-probabilities.
+log-sum-exp ``lse = m + log(l)``: with q, k, v and the output, that is all the backward pass
+needs to recompute any tile of probabilities.
 
 With ``CAUSAL`` (query i sees keys 0..i, aligned top-left as in PyTorch's SDPA), the key blocks
 fall into two stages: those left of the query block's first row are wholly visible and need no
-causal mask (only keys past ``seq_k`` are masked); those on the diagonal need the causal mask;
-those to the right are skipped. The tensors are contiguous (B, H, length, d); head widths
-that are not a power of two are padded with zeros inside the kernel by masked loads
-(``BLOCK_D`` is the next power of two).
+causal mask (only keys past ``seq_k`` are masked); those on the diagonal, ``BLOCK_M / BLOCK_N``
+of them, need the causal mask; those to the right are skipped. ``BLOCK_M`` must be a multiple
+of ``BLOCK_N``, so that stage 1 ends where a key block starts. The tensors are contiguous
+(B, H, length, d); head widths that are not a power of two are padded with zeros inside the
+kernel by masked loads (``BLOCK_D`` is the next power of two).
 """
 
 from attnbook.kernels.runtime import import_triton
@@ -22,7 +23,7 @@ triton, tl = import_triton()
 
 @triton.jit
 def _forward_tile(
-    acc, m_i, l_i, q, k_base, v_base, start_n, offs_m, offs_d, seq_q, seq_k, head_dim, scale,
+    acc, m_i, l_i, q, k_base, v_base, start_n, offs_m, offs_d, seq_k, head_dim, scale,
     DIAGONAL: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Fold one (BLOCK_M, BLOCK_N) tile of scores into the running (acc, m, l)."""
@@ -46,7 +47,7 @@ def _forward_tile(
 
 @triton.jit
 def attention_forward_kernel(
-    Q, K, V, Out, LSE, seq_q, seq_k, n_heads, head_dim, scale,
+    Q, K, V, Out, LSE, seq_q, seq_k, head_dim, scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -69,15 +70,15 @@ def attention_forward_kernel(
         stop_full = tl.minimum(start_m, seq_k)
     for start_n in range(0, stop_full, BLOCK_N):
         acc, m_i, l_i = _forward_tile(
-            acc, m_i, l_i, q, k_base, v_base, start_n, offs_m, offs_d, seq_q, seq_k,
+            acc, m_i, l_i, q, k_base, v_base, start_n, offs_m, offs_d, seq_k,
             head_dim, scale, False, BLOCK_N, PRECISION,
         )  # fmt: skip
-    # stage 2 (CAUSAL): the key blocks on the diagonal, with the causal mask
+    # stage 2 (CAUSAL): the BLOCK_M / BLOCK_N key blocks on the diagonal, with the causal mask
     if CAUSAL:
         stop_diagonal = tl.minimum(start_m + BLOCK_M, seq_k)
         for start_n in range(start_m, stop_diagonal, BLOCK_N):
             acc, m_i, l_i = _forward_tile(
-                acc, m_i, l_i, q, k_base, v_base, start_n, offs_m, offs_d, seq_q, seq_k,
+                acc, m_i, l_i, q, k_base, v_base, start_n, offs_m, offs_d, seq_k,
                 head_dim, scale, True, BLOCK_N, PRECISION,
             )  # fmt: skip
     out = acc / l_i[:, None]

@@ -1,0 +1,107 @@
+"""Reference answers to chapter 16's kernel exercises, as Triton kernels a reader might write.
+
+Imported only where Triton can run (``exercise_answers.py`` imports this module lazily), so
+that the other exercises' tests import on every platform. The switches build the plausible
+wrong answers of ``tests/test_exercises.py``.
+"""
+
+import math
+
+import torch
+
+from attnbook.kernels.runtime import import_triton
+
+triton, tl = import_triton()
+LN2 = math.log(2)
+
+
+@triton.jit
+def causal_flash_kernel(
+    Q, K, V, Out, Count, T, S, scale, d: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    MASKED: tl.constexpr, SKIPS: tl.constexpr, STRICT: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)  # (BM,) query rows
+    bh = tl.program_id(1)
+    cols = tl.arange(0, d)
+    inside = rows[:, None] < T
+    q = tl.load(Q + (bh * T + rows[:, None]) * d + cols, mask=inside, other=0.0)
+    m = tl.full([BM], float("-inf"), tl.float32)
+    norm = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, d], tl.float32)
+    stop = S
+    if SKIPS:
+        stop = tl.minimum(S, (tl.program_id(0) + 1) * BM)
+    for start in range(0, stop, BN):
+        tl.atomic_add(Count, 1)
+        keys = start + tl.arange(0, BN)  # (BN,) key rows of this tile
+        kv = (bh * S + keys[:, None]) * d + cols
+        k = tl.load(K + kv, mask=keys[:, None] < S, other=0.0)
+        v = tl.load(V + kv, mask=keys[:, None] < S, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        seen = keys[None, :] < S
+        if MASKED:
+            if STRICT:
+                seen = seen & (keys[None, :] < rows[:, None])
+            else:
+                seen = seen & (keys[None, :] <= rows[:, None])
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        norm = norm * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m = m_new
+    tl.store(Out + (bh * T + rows[:, None]) * d + cols, acc / norm[:, None], mask=inside)
+
+
+def causal_flash(q, k, v, BM, BN, *, masked=True, skips=True, strict=False):
+    B, H, T, d = q.shape
+    out = torch.empty_like(q)
+    count = torch.zeros(1, dtype=torch.int32, device=q.device)
+    grid = (triton.cdiv(T, BM), B * H)
+    causal_flash_kernel[grid](
+        q, k, v, out, count, T, k.size(2), d**-0.5, d=d, BM=BM, BN=BN,
+        MASKED=masked, SKIPS=skips, STRICT=strict,
+    )  # fmt: skip
+    return out, count.item()
+
+
+@triton.jit
+def exp2_kernel(
+    Q, K, V, Out, Lse, T, S, scale, d: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    LOG2: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    bh = tl.program_id(1)
+    cols = tl.arange(0, d)
+    inside = rows[:, None] < T
+    q = tl.load(Q + (bh * T + rows[:, None]) * d + cols, mask=inside, other=0.0)
+    m = tl.full([BM], float("-inf"), tl.float32)  # running maximum, in base 2
+    norm = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, d], tl.float32)
+    for start in range(0, S, BN):
+        keys = start + tl.arange(0, BN)
+        kv = (bh * S + keys[:, None]) * d + cols
+        k = tl.load(K + kv, mask=keys[:, None] < S, other=0.0)
+        v = tl.load(V + kv, mask=keys[:, None] < S, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        s = tl.where(keys[None, :] < S, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        norm = norm * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m = m_new
+    tl.store(Out + (bh * T + rows[:, None]) * d + cols, acc / norm[:, None], mask=inside)
+    lse = m + tl.log2(norm) if LOG2 else m + tl.log(norm)  # LOG2=False: a wrong answer
+    tl.store(Lse + bh * T + rows, lse, mask=rows < T)
+
+
+def flash_exp2(q, k, v, *, fold=True, factor=LN2, log2=True):
+    B, H, T, d = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, T, device=q.device)
+    scale = d**-0.5 * (math.log2(math.e) if fold else 1.0)
+    grid = (triton.cdiv(T, 32), B * H)
+    exp2_kernel[grid](q, k, v, out, lse, T, k.size(2), scale, d=d, BM=32, BN=32, LOG2=log2)
+    return out, lse * factor
