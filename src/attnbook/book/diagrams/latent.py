@@ -87,7 +87,8 @@ def mla_absorbed_flow(
         0.7,
         5.3,
         1.1,
-        f"cache: [c_KV; k_R] per token, {shared} numbers,\none key/value head shared by all heads",
+        f"cache: [c_KV; rotated k_R] per token, {shared} numbers,\n"
+        "one key/value head shared by all heads",
         color=SKY,
     )
     box(
@@ -106,7 +107,7 @@ def mla_absorbed_flow(
     arrow(ax, (4.1, 5.05), (5.3, 5.05))
     label(ax, (4.7, 5.45), "W_UK^T", fontsize=9)
     arrow(ax, (1.3, 3.65), (5.3, 3.65), "W_QR, R_t")
-    arrow(ax, (1.3, 3.4), (2.3, 1.3), "W_DKV, W_KR", curve=0.15)
+    arrow(ax, (1.3, 3.4), (2.3, 1.3), "W_DKV; W_KR, R_t", curve=0.15)
     arrow(ax, (7.6, 5.05), (8.3, 4.6))
     arrow(ax, (7.6, 3.65), (8.3, 3.65))
     arrow(ax, (7.6, 1.25), (8.3, 2.8), curve=0.1)
