@@ -280,6 +280,11 @@ def chunk_decays(alpha):  # ch18
     return torch.tril(gamma[:, None] / gamma[None, :])
 
 
+def orthonormal_keys(count, d_k, generator):  # ch18
+    random = torch.randn(d_k, count, generator=generator, dtype=torch.float64)
+    return torch.linalg.qr(random).Q.T
+
+
 def moba_choice(q, k, block_size, top_k, *, own=True, causal=True, extra=0):  # ch19
     T = q.size(0)
     n_blocks = -(-T // block_size)
@@ -338,6 +343,7 @@ SOLUTIONS = {
     "check_block_hashes": block_hashes,
     "check_delta_rule_step": delta_rule_step,
     "check_chunk_decays": chunk_decays,
+    "check_orthonormal_keys": orthonormal_keys,
     "check_moba_choice": moba_choice,
     "check_recall": recall,
 }

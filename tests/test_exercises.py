@@ -31,6 +31,7 @@ from exercise_answers import (
     latent_scores,
     merge_partials,
     moba_choice,
+    orthonormal_keys,
     recall,
     receptive_field,
     rope_halves,
@@ -350,6 +351,15 @@ def inclusive_decays(alpha):  # ch18: decays key i's own write by alpha_i too
     return torch.tril(gamma[:, None] / previous[None, :])
 
 
+def exclusive_decays(alpha):  # ch18: gamma_t stops at alpha_(t-1)
+    gamma = torch.cat([torch.ones(1, dtype=alpha.dtype), alpha.cumprod(0)[:-1]])
+    return torch.tril(gamma[:, None] / gamma[None, :])
+
+
+def overlapping_keys(count, d_k, generator):  # ch18: unit rows, not orthogonal
+    return torch.nn.functional.normalize(torch.randn(count, d_k, generator=generator), dim=-1)
+
+
 def recall_of_every_query(c, t, k):  # ch19: includes the first k queries
     return (t.topk(k, -1).indices[:, :, None] == c[:, None]).any(-1).double().mean(-1)
 
@@ -664,6 +674,10 @@ WRONG_ANSWERS = {
             lambda S, k, v, a, b: delta_rule_step(S, k, v, a, b).T,
             "shape (d_k, d_v) = (4, 3)",
         ),
+        (
+            lambda S, k, v, a, b: a * (S + b * torch.outer(k, v - S.T @ k)),
+            "you decayed after writing",
+        ),
     ],
     "check_chunk_decays": [
         (lambda a: chunk_decays(a).T, "rows are queries t"),
@@ -672,6 +686,18 @@ WRONG_ANSWERS = {
         (
             lambda a: a.cumprod(0)[:, None] / a.cumprod(0)[None, :] * torch.inf,
             "found inf or NaN",
+        ),
+        (lambda a: a.cumprod(0)[:, None] / a.cumprod(0)[None, :], "above the diagonal must be 0"),
+        (lambda a: (a.cumprod(0)[:, None] * a.cumprod(0)[None, :]).tril(), "divide, do not"),
+        (exclusive_decays, "an inclusive cumprod"),
+    ],
+    "check_orthonormal_keys": [
+        (overlapping_keys, "have unit length but overlap"),
+        (lambda P, d, g: orthonormal_keys(P, d, g).T, "one key per row"),
+        (lambda P, d, g: 2 * orthonormal_keys(P, d, g), "orthogonal but not of unit length"),
+        (
+            lambda P, d, g: torch.randn(P, d, generator=g) / torch.randn(P, d).norm(dim=0),
+            "must have length 1",
         ),
     ],
     "check_moba_choice": [

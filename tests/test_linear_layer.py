@@ -137,3 +137,15 @@ def test_mqar_batches_ask_for_every_key_once_with_its_value():
         assert sorted(asked) == sorted(filed)
         assert target[12::2].tolist() == [filed[key] for key in asked]
         assert (target[:12] == IGNORE).all() and (target[13::2] == IGNORE).all()
+
+
+def test_the_one_token_convolution_equals_the_conv1d_path():
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2).double()
+    past = torch.randn(3, layer.conv_kernel - 1, 48, dtype=torch.float64)  # (B, K - 1, 3D)
+    token = torch.randn(3, 1, 48, dtype=torch.float64)  # (B, 1, 3D)
+    decoded, decoded_past = layer._convolve(token, past)
+    padded = torch.cat([past, token], dim=1).transpose(1, 2)  # (B, 3D, K)
+    expected = torch.nn.functional.silu(layer.conv(padded)).transpose(1, 2)  # (B, 1, 3D)
+    torch.testing.assert_close(decoded, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(decoded_past, torch.cat([past, token], dim=1)[:, 1:])

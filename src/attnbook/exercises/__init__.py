@@ -47,7 +47,11 @@ from attnbook.exercises.ch17 import (
     check_gather_keys,
     check_paged_slots,
 )
-from attnbook.exercises.ch18 import check_chunk_decays, check_delta_rule_step
+from attnbook.exercises.ch18 import (
+    check_chunk_decays,
+    check_delta_rule_step,
+    check_orthonormal_keys,
+)
 from attnbook.exercises.ch19 import check_moba_choice, check_recall
 
 __all__ = [
@@ -74,6 +78,7 @@ __all__ = [
     "check_merge_partials",
     "check_moba_choice",
     "check_online_logsumexp",
+    "check_orthonormal_keys",
     "check_paged_slots",
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",

@@ -1,4 +1,4 @@
-"""Chapter 18's exercise checkers: the gated delta rule's update and the chunk's decay matrix."""
+"""Chapter 18's exercise checkers: the delta rule's update, the chunk's decays, orthonormal keys."""
 
 from collections.abc import Callable
 
@@ -57,6 +57,12 @@ def check_delta_rule_step(fn: Callable[[Tensor, Tensor, Tensor, float, float], T
             )
         if _close(result, state + beta * torch.outer(k, v - recalled), atol=1e-6):
             _fail(f"{call}: S was not decayed: multiply the old state by alpha")
+        if _close(result, alpha * (state + beta * torch.outer(k, v - recalled)), atol=1e-6):
+            _fail(
+                f"{call}: you decayed after writing, so the new pair fades at its own step; "
+                "decay the old state first, then write (S_t = alpha (I - beta k k^T) S + beta "
+                "k v^T)"
+            )
         _fail(f"{call}: expected alpha (I - beta k k^T) S + beta k v^T")
     _succeed("S_t = alpha (I - beta k k^T) S + beta k v^T: decay, erase what k held, write v")
 
@@ -92,6 +98,23 @@ def check_chunk_decays(fn: Callable[[Tensor], Tensor]) -> None:
                 f"{call}: the diagonal must be 1: a token's own write is not decayed at its "
                 "own step"
             )
+        ratios = gamma[:, None] / gamma[None, :]  # (C, C), also above the diagonal
+        if _close(result, ratios, atol=1e-9):
+            _fail(
+                f"{call}: entries above the diagonal must be 0 (no query reads a later key); "
+                "keep only i <= t, e.g. with torch.tril"
+            )
+        if _close(result, (gamma[:, None] * gamma[None, :]).tril(), atol=1e-9):
+            _fail(
+                f"{call}: divide, do not multiply: gamma_t / gamma_i leaves alpha_(i+1) ... "
+                "alpha_t, while gamma_t * gamma_i counts the decays before i twice"
+            )
+        exclusive = torch.cat([alpha.new_ones(1), gamma[:-1]])  # (C,): gamma_(t-1)
+        if _close(result, (exclusive[:, None] / exclusive[None, :]).tril(), atol=1e-9):
+            _fail(
+                f"{call}: gamma_t = alpha_1 ... alpha_t includes alpha_t (an inclusive "
+                "cumprod); yours stops at alpha_(t-1), so query t misses its own step's decay"
+            )
         if _close(result, expected * alpha[None, :], atol=1e-9):
             _fail(
                 f"{call}: key i's write is added after alpha_i decays the old state, so it "
@@ -102,3 +125,39 @@ def check_chunk_decays(fn: Callable[[Tensor], Tensor]) -> None:
             "and below the diagonal"
         )
     _succeed("entry (t, i) is alpha_(i+1) ... alpha_t, 1 on the diagonal, 0 above it")
+
+
+@_checker
+def check_orthonormal_keys(fn: Callable[[int, int, torch.Generator], Tensor]) -> None:
+    """``fn(P, d_k, generator)`` -> (P, d_k): P <= d_k unit keys, mutually orthogonal."""
+    for seed, (count, d_k) in enumerate([(4, 8), (8, 8), (3, 16), (1, 2)]):
+        call = f"orthonormal_keys(P={count}, d_k={d_k}, generator)"
+        result = _as_tensor(_call(fn, call, count, d_k, _generator(seed)), call, "a tensor")
+        if tuple(result.shape) != (count, d_k):
+            _fail(
+                f"{call} should return one key per row, shape ({count}, {d_k}), got "
+                f"{tuple(result.shape)}"
+            )
+        keys = result.double()  # (P, d_k)
+        lengths = keys.norm(dim=-1)  # (P,)
+        overlaps = keys @ keys.T - torch.diag(lengths.square())  # (P, P), 0 on the diagonal
+        if not _close(lengths, torch.ones(count, dtype=torch.float64), atol=1e-6):
+            if overlaps.abs().max() < 1e-6:
+                _fail(
+                    f"{call}: the rows are orthogonal but not of unit length (lengths "
+                    f"{[round(x, 3) for x in lengths.tolist()]}); normalise each row"
+                )
+            _fail(
+                f"{call}: each row (a key) must have length 1, got lengths "
+                f"{[round(x, 3) for x in lengths.tolist()]}"
+            )
+        if overlaps.abs().max() > 1e-6:
+            _fail(
+                f"{call}: the rows have unit length but overlap (largest k_i . k_j = "
+                f"{overlaps.abs().max().item():.3f}); orthogonalise them, e.g. with "
+                "torch.linalg.qr of a (d_k, P) random matrix"
+            )
+    _succeed(
+        "P orthonormal keys: each delta-rule write erases only along its own key, so "
+        "every one of up to d_k pairs is read back exactly"
+    )
