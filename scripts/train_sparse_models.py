@@ -19,11 +19,19 @@ repeated tokens predicted exactly, and, for the indexer, the share of the dense 
 4 keys (heads summed) that it picks (recall), per layer, during and after warm-up. Weights are
 shipped in float16. One CPU thread.
 
+``--dense-control`` adds, to a manifest already written, the control the indexer's extra steps
+call for: the shipped dense weights trained ``STEPS["sparse"]`` more steps exactly as the sparse
+stage is (lr 1e-3, data seed + 200, a fresh AdamW), with the language loss only. It stores the
+curve (``curves["dense_control"]``) and the final accuracy (``summary["dense_plus_sparse_steps"]``),
+not the weights; the weights file and its sha256 stay as they are.
+
     python scripts/train_sparse_models.py                                  # writes data/
+    python scripts/train_sparse_models.py --dense-control                  # adds the control
     python scripts/train_sparse_models.py --scale 0.05 --output /tmp/sparse  # a smoke run
 """
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +39,7 @@ from pathlib import Path
 import torch
 
 from attnbook.models.periodic import periodic_batch
-from attnbook.models.shipped import write_shipped
+from attnbook.models.shipped import check_sha256, read_state_dict, sha256_of, write_shipped
 from attnbook.models.sparse_models import (
     KEYS,
     MANIFEST,
@@ -181,12 +189,56 @@ def run_seed(seed: int, scale: float, evaluation) -> tuple[dict, dict, dict]:
     return {"curves": curves, "summary": summary, "seconds": seconds}, weights, steps
 
 
+def add_dense_control(directory: Path) -> None:
+    """Train each seed's shipped dense model as the sparse stage trains; add it to the manifest."""
+    manifest_path = directory / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    data = (directory / WEIGHTS).read_bytes()
+    check_sha256(WEIGHTS, data, manifest["sha256"], "python scripts/train_sparse_models.py")
+    states = read_state_dict(data)
+    tokens, periods = evaluation_batch()
+    steps, every = manifest["steps"]["sparse"], manifest["evaluation"]["every"]["sparse"]
+    for seed in manifest["seeds"]:
+        torch.manual_seed(seed)
+        model = build_sparse_model("dense")
+        dense = states[f"dense/seed{seed}"]
+        model.load_state_dict({key: value.float() for key, value in dense.items()})
+        curve = train(
+            model,
+            steps,
+            TRAINING["indexer_lr"],
+            seed + 200,
+            lambda m: round(repeated_accuracy(m, tokens, periods), 4),
+            every,
+        )
+        run = manifest["runs"][f"seed{seed}"]
+        run["curves"]["dense_control"] = curve
+        run["summary"]["dense_plus_sparse_steps"] = curve["metrics"][-1]
+        print(f"seed {seed}: dense + {steps} steps {curve['metrics'][-1]}", flush=True)
+    manifest["dense_control"] = (
+        f"the shipped (float16) dense weights trained {steps} more steps as the sparse stage "
+        "(lr 1e-3, data seed + 200, fresh AdamW, language loss only), added by "
+        "`python scripts/train_sparse_models.py --dense-control`; weights not shipped"
+    )
+    if sha256_of(data) != manifest["sha256"]:
+        raise RuntimeError("the weights changed while the control ran")
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every step count")
     parser.add_argument("--output", type=Path, default=DATA)
+    parser.add_argument(
+        "--dense-control",
+        action="store_true",
+        help="add the dense + sparse-stage-steps control to the manifest in --output",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.dense_control:
+        add_dense_control(args.output)
+        return
     start = time.perf_counter()
     evaluation = evaluation_batch()
     runs, weights = {}, {}

@@ -285,14 +285,15 @@ def orthonormal_keys(count, d_k, generator):  # ch18
     return torch.linalg.qr(random).Q.T
 
 
-def moba_choice(q, k, block_size, top_k, *, own=True, causal=True, extra=0):  # ch19
+def moba_choice(q, k, block_size, top_k, *, own=True, causal=True, extra=0, future=True):  # ch19
     T = q.size(0)
     n_blocks = -(-T // block_size)
     means = torch.stack([k[j * block_size : (j + 1) * block_size].mean(0) for j in range(n_blocks)])
     scores = q @ means.T  # (T, n_blocks)
     own_block = torch.arange(T) // block_size  # (T,)
     blocks = torch.arange(n_blocks)
-    scores = scores.masked_fill(blocks > own_block[:, None], float("-inf"))
+    if future:  # False: future blocks compete for the top_k slots
+        scores = scores.masked_fill(blocks > own_block[:, None], float("-inf"))
     if own:
         scores = scores.masked_fill(blocks == own_block[:, None], float("inf"))
     best = scores.topk(min(top_k + extra, n_blocks), dim=-1)

@@ -4,7 +4,7 @@ import matplotlib
 import pytest
 from helpers import figure_texts
 
-from attnbook.book.diagrams import key_selection
+from attnbook.book.diagrams import indexer_flow, key_selection
 from attnbook.sparse.nsa import compressed_mask
 
 matplotlib.use("Agg")
@@ -45,3 +45,24 @@ def test_key_selection_refuses_block_sizes_that_do_not_cut_the_row(block_size):
 def test_key_selection_draws_the_summaries_compressed_mask_allows():
     drawn = [t for t in figure_texts(key_selection()) if t.startswith("summary")]
     assert len(drawn) == compressed_mask(16, 4)[15].sum().item()
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 3])
+def test_indexer_flow_draws_a_query_a_score_and_a_weight_per_head_and_one_shared_key(n_heads):
+    texts = figure_texts(indexer_flow(n_heads=n_heads))
+    assert [t for t in texts if t.startswith("$q^I")] == [
+        f"$q^I_{{t,{j}}}$" for j in range(1, n_heads + 1)
+    ]
+    assert texts.count("ReLU$(q \\cdot k / \\sqrt{d^I})$") == n_heads
+    assert [t for t in texts if t.startswith("$\\times")] == [
+        f"$\\times\\, w_{{t,{j}}}$" for j in range(1, n_heads + 1)
+    ]
+    assert [t for t in texts if t.startswith("$k^I")] == ["$k^I_s$, shared"]
+    for step in ("$\\sum_j$: $I_{t,s}$", "top $k$\nover $s$"):
+        assert step in texts
+
+
+@pytest.mark.parametrize("n_heads", [0, 5, 2.0, True])
+def test_indexer_flow_refuses_head_counts_it_cannot_draw(n_heads):
+    with pytest.raises(ValueError, match="n_heads"):
+        indexer_flow(n_heads=n_heads)

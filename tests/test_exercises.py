@@ -704,6 +704,7 @@ WRONG_ANSWERS = {
         (lambda q, k, b, n: moba_choice(q, k, b, n, causal=False), "which is in its future"),
         (lambda q, k, b, n: moba_choice(q, k, b, n, own=False), "must read its own block"),
         (lambda q, k, b, n: moba_choice(q, k, b, n, extra=1), "top_k = 2 counts its own block"),
+        (lambda q, k, b, n: moba_choice(q, k, b, n, future=False), "a future block took one"),
     ],
     "check_recall": [
         (recall_of_every_query, "should return one recall per query"),

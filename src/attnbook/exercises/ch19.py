@@ -22,6 +22,20 @@ from attnbook.sparse.moba import moba_mask
 # Chapter 19: attention that picks its keys.
 
 
+def _choice_with_future_blocks(q: Tensor, k: Tensor, block_size: int, top_k: int) -> Tensor:
+    """MoBA's (T, T) mask had future blocks competed for the top_k slots (then masked causally)."""
+    length = q.size(0)
+    n_blocks = -(-length // block_size)
+    # (n_blocks, d): each block's mean key
+    means = torch.stack([k[j * block_size : (j + 1) * block_size].mean(0) for j in range(n_blocks)])
+    block_of = torch.arange(length) // block_size  # (T,)
+    own = torch.arange(n_blocks) == block_of[:, None]  # (T, n_blocks)
+    scores = (q @ means.T).masked_fill(own, float("inf"))  # (T, n_blocks)
+    best = scores.topk(min(top_k, n_blocks), dim=-1).indices  # (T, top_k)
+    chosen = torch.zeros(length, n_blocks, dtype=torch.bool).scatter_(1, best, True)
+    return chosen[:, block_of] & torch.ones(length, length, dtype=torch.bool).tril()
+
+
 @_checker
 def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
     """``fn(q (T, d), k (T, d), block_size, top_k)`` -> MoBA's (T, T) mask for one head."""
@@ -50,6 +64,13 @@ def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
         reads = mask[row].sum().item()
         if mask[row, key] and reads > expected[row].sum().item():
             _fail(f"{call}: row {row} reads too many blocks: top_k = {top_k} counts its own block")
+        if torch.equal(mask, _choice_with_future_blocks(q, k, block_size, top_k)):
+            wanted = expected[row].sum().item()
+            _fail(
+                f"{call}: row {row} reads {reads} of the {wanted} keys MoBA gives it: a future "
+                "block took one of its top_k slots and the causal mask emptied it; a future block "
+                "must score -inf before the top-k"
+            )
         _fail(
             f"{call}: row {row} picks the wrong earlier block (key {key}); score each earlier "
             "block by q . (mean key of the block)"

@@ -18,7 +18,7 @@ from attnbook.book.diagrams.ring import ring_steps
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.serving import block_tables
-from attnbook.book.diagrams.sparse import key_selection
+from attnbook.book.diagrams.sparse import indexer_flow, key_selection
 from attnbook.book.diagrams.tiling import tiling_grid
 from attnbook.book.diagrams.tiny_gpt import tiny_gpt_variants
 
@@ -28,6 +28,7 @@ __all__ = [
     "block_tables",  # chapter 17
     "cache_versus_state",  # chapter 18
     "head_split",  # chapter 5
+    "indexer_flow",  # chapter 19
     "key_selection",  # chapter 19
     "mask_gallery",  # chapter 4
     "kernel_programs",  # chapter 16
