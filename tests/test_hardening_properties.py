@@ -108,7 +108,7 @@ def test_head_statistics_are_shares_and_entropies_of_real_weights(tokens, seed, 
     statistics = analysis.head_statistics(weights, tokens, list(" ab."))
     for name, value in statistics.items():
         assert value.shape == (1, n_heads) and torch.isfinite(value).all(), name
-    for name in ("previous", "current", "first", "separator", "induction"):
+    for name in analysis.ROLES:
         assert ((statistics[name] >= 0) & (statistics[name] <= 1 + 1e-12)).all(), name
     assert (statistics["entropy"] >= -1e-12).all()
     assert (statistics["entropy"] <= math.log(length) + 1e-9).all()

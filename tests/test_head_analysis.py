@@ -54,6 +54,48 @@ def test_an_induction_head_and_a_mixed_head():
     assert analysis.name_roles(statistics) == [["induction (after an earlier copy)", "mixed"]]
 
 
+def test_spaces_punctuation_and_capitals_are_separate_kinds_of_key():
+    tokens = torch.tensor([[1, 2, 3, 0, 4, 5]])  # a . A \n b ( : spaces, punctuation, a capital
+    characters = ["\n", "a", ".", "A", "b", "("]
+    weights = one_hot_weights([0, 0, 1, 2, 3, 4])  # query i -> key i - 1
+    statistics = analysis.head_statistics(weights, tokens, characters)
+    # queries 1..5 look at a, ., A, \n, b
+    assert statistics["space"].item() == pytest.approx(1 / 5)
+    assert statistics["punctuation"].item() == pytest.approx(1 / 5)
+    assert statistics["capital"].item() == pytest.approx(1 / 5)
+
+
+def test_the_offset_profile_is_the_weight_on_key_i_minus_k():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(2, 3, 4, 9, 9, generator=generator, dtype=torch.float64)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (L, B, H, T, T)
+    tokens = torch.randint(0, 5, (3, 9), generator=generator)  # (B, T)
+    profile = analysis.offset_profile(weights, 8)  # (L, H, 9)
+    statistics = analysis.head_statistics(weights, tokens, CHARACTERS)
+    assert profile.shape == (2, 4, 9)
+    for k, name in enumerate(("current", "previous", "two_back")):
+        torch.testing.assert_close(profile[..., k], statistics[name])
+    # an independent loop: query i's weight on key i - k, over windows and queries i >= max(k, 1)
+    for k in (3, 8):
+        values = [weights[:, b, :, i, i - k] for b in range(3) for i in range(max(k, 1), 9)]
+        torch.testing.assert_close(profile[..., k], torch.stack(values).mean(0))
+    previous_head = analysis.offset_profile(one_hot_weights([0, 0, 1, 2, 3]), 3)[0, 0]
+    assert previous_head.tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_the_offset_profile_refuses_what_it_cannot_average():
+    weights = one_hot_weights([0, 0, 1, 2])  # (1, 1, 1, 4, 4)
+    with raises("max_offset: expected an int in [0, 3], got 4"):
+        analysis.offset_profile(weights, 4)
+    with raises("max_offset: expected an int in [0, 3], got -1"):
+        analysis.offset_profile(weights, -1)
+    with raises("weights: expected causal self-attention weights (L, B, H, T, T) with T = S"):
+        analysis.offset_profile(weights[..., :3], 2)
+    with raises("weights: expected shape (L, B, H, T, T) (5 dims), got weights.shape"):
+        analysis.offset_profile(weights[0], 2)
+
+
 @pytest.fixture(scope="module")
 def model_and_batch():
     torch.manual_seed(0)
@@ -107,6 +149,29 @@ def test_pruning_everything_and_the_order_helper(model_and_batch):
     assert len(curve) == 5
     zeros = torch.zeros(2, 2, dtype=torch.float64)
     assert curve[-1] == pytest.approx(loss_with(model, inputs, targets, zeros).item(), abs=1e-12)
+
+
+def test_pruning_and_ablation_reuse_layers_without_changing_a_loss():
+    # three layers and an order that goes up and down them: every point of the curve, computed
+    # layer by layer from the lowest changed layer, equals a full forward with the same gates
+    torch.manual_seed(0)
+    model = TinyDecoder(5, d_model=8, n_heads=2, n_layers=3, max_len=6).double().eval()
+    tokens = torch.randint(0, 5, (2, 7), generator=torch.Generator().manual_seed(2))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    order = [(2, 1), (0, 0), (1, 1), (2, 0), (0, 1), (1, 0)]
+    curve = analysis.pruning_curve(model, inputs, targets, order)
+    gates = torch.ones(3, 2, dtype=torch.float64)
+    expected = [loss_with(model, inputs, targets, gates).item()]
+    for layer, head in order:
+        gates[layer, head] = 0
+        expected.append(loss_with(model, inputs, targets, gates).item())
+    assert curve == pytest.approx(expected, abs=1e-12)
+    increase = analysis.ablation_increase(model, inputs, targets)  # (L, H)
+    for layer, head in order:
+        gates = torch.ones(3, 2, dtype=torch.float64)
+        gates[layer, head] = 0
+        change = loss_with(model, inputs, targets, gates).item() - expected[0]
+        assert increase[layer, head].item() == pytest.approx(change, abs=1e-12)
 
 
 def test_seed_spread_matches_float64_statistics():
@@ -333,7 +398,7 @@ def test_a_merely_local_head_does_not_stand_out_on_the_previous_character():
     assert chance["previous"].item() == 0.0
     assert analysis.stands_out(previous["previous"], chance["previous"]).all()
     assert not analysis.stands_out(torch.zeros(1, 1), torch.zeros(1, 1)).any()
-    assert chance["separator"].item() == uniform["separator"].item()
+    assert chance["space"].item() == uniform["space"].item()
     share = torch.tensor([[0.2, 0.19]])
     assert analysis.stands_out(share, torch.tensor(0.1)).tolist() == [[True, False]]
     assert analysis.stands_out(share, torch.tensor([[0.05, 0.05]]), ratio=4).tolist() == [

@@ -1,6 +1,7 @@
 """The shipped reference model: it loads, hash and loss match the manifest, bad files refused."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from attnbook import (
     load_reference_model,
     train_validation_split,
 )
+from attnbook.analysis import head_analysis as analysis
 from attnbook.models import reference_model as reference
 
 
@@ -84,3 +86,25 @@ def test_the_model_has_learned_far_more_than_character_frequencies(loaded):
     log_probs = (counts / counts.sum()).log()  # (V,): the unigram model
     unigram_loss = -log_probs[validation_ids].mean().item()
     assert unigram_loss > 3.0 and loaded.manifest["validation_loss"] < unigram_loss - 1.0
+
+
+def test_chapter_13_exercise_4_numbers(loaded):
+    # the answer's numbers: layer 0's previous-character shares on chapter 13's 32 repeated
+    # random-word sequences and on 32 x 120 uniformly random characters
+    model, vocab = loaded.model, loaded.vocabulary
+    words = sorted(set(re.findall(r"[A-Za-z]+", load_genesis())))
+    generator = torch.Generator().manual_seed(1)
+    strings = []
+    for _ in range(32):
+        picks = torch.randint(len(words), (40,), generator=generator).tolist()
+        strings.append(" ".join(words[i] for i in picks)[:60])
+    repeated = torch.stack([vocab.encode(s + " " + s) for s in strings])[:, :-1]  # (32, 120)
+    noise = torch.randint(len(vocab), (32, 120), generator=torch.Generator().manual_seed(0))
+    shares = {}
+    for name, tokens in (("words", repeated), ("noise", noise)):
+        weights = model.attention_weights(tokens)  # (L, B, H, T, T)
+        shares[name] = analysis.head_statistics(weights, tokens, vocab.characters)["previous"][0]
+    assert [round(shares["words"][h].item(), 2) for h in (7, 1)] == [0.38, 0.30]
+    assert round(shares["words"].sum().item(), 2) == 1.46
+    assert [round(shares["noise"][h].item(), 2) for h in (7, 1)] == [0.31, 0.24]
+    assert round(shares["noise"].sum().item(), 2) == 1.23

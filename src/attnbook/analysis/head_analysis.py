@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from attnbook.core._checks import check_int, check_tensor, shape_of
 
-SEPARATORS = frozenset(" \n.,;:!?'()")
+SPACES = frozenset(" \n")
+PUNCTUATION = frozenset(".,;:!?'()")
 
 # A head's role is the statistic that takes at least this share of its attention.
 ROLE_THRESHOLD = 0.5
@@ -32,7 +33,9 @@ ROLES = {
     "previous": "previous character",
     "current": "current character",
     "first": "first position",
-    "separator": "spaces and punctuation",
+    "space": "spaces and newlines",
+    "punctuation": "punctuation marks",
+    "capital": "capital letters",
     "induction": "induction (after an earlier copy)",
 }
 
@@ -73,7 +76,8 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     vocabulary (id -> character). Statistics, averaged over windows and queries:
     ``distance`` (mean i - j under the weights), ``entropy`` (nats), ``previous`` (weight on
     key i - 1), ``current`` (on key i), ``two_back`` (on key i - 2), ``first`` (on key 0),
-    ``separator`` (on spaces, newlines, punctuation), ``induction`` (on the keys
+    ``space`` (on spaces and newlines), ``punctuation`` (on ``PUNCTUATION``), ``capital`` (on
+    upper-case letters), ``induction`` (on the keys
     :func:`induction_targets` marks, over the queries that have one). Queries 0 (and 1 for
     ``first`` and ``two_back``) are left out where the statistic is trivial or has no key.
     """
@@ -82,8 +86,15 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     length = weights.size(-1)
     positions = torch.arange(length, device=weights.device)
     distance = (positions[:, None] - positions[None, :]).clamp(min=0).to(weights.dtype)  # (T, T)
-    is_separator = torch.tensor([c in SEPARATORS for c in characters], device=tokens.device)
-    separator_keys = is_separator[tokens]  # (B, T)
+    kinds = {
+        "space": [c in SPACES for c in characters],
+        "punctuation": [c in PUNCTUATION for c in characters],
+        "capital": [c.isupper() for c in characters],
+    }
+    # kind -> (B, T) bool: which keys are of that kind
+    keys_of = {
+        kind: torch.tensor(marks, device=tokens.device)[tokens] for kind, marks in kinds.items()
+    }
     induction = induction_targets(tokens)  # (B, T, T)
     all_queries = torch.ones_like(tokens, dtype=torch.bool)  # (B, T)
     after_first = all_queries.clone()
@@ -94,6 +105,10 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     previous = F.pad(weights.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # (L, B, H, T)
     two_back = F.pad(weights.diagonal(offset=-2, dim1=-2, dim2=-1), (2, 0))  # (L, B, H, T)
     entropy = -(weights * weights.clamp(min=1e-12).log()).sum(-1)  # (L, B, H, T)
+    on_kind = {
+        kind: _mean_over_queries((weights * keys[None, :, None, None, :]).sum(-1), after_zero)
+        for kind, keys in keys_of.items()
+    }
     return {
         "distance": _mean_over_queries((weights * distance).sum(-1), all_queries),
         "entropy": _mean_over_queries(entropy, all_queries),
@@ -101,13 +116,37 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
         "current": _mean_over_queries(diagonal, after_zero),
         "two_back": _mean_over_queries(two_back, after_first),
         "first": _mean_over_queries(weights[..., 0], after_first),
-        "separator": _mean_over_queries(
-            (weights * separator_keys[None, :, None, None, :]).sum(-1), after_zero
-        ),
+        **on_kind,
         "induction": _mean_over_queries(
             (weights * induction[None, :, None]).sum(-1), induction.any(-1)
         ),
     }
+
+
+def offset_profile(weights: Tensor, max_offset: int) -> Tensor:
+    """(L, H, max_offset + 1): each head's mean weight on key i - k, for k = 0 .. max_offset.
+
+    weights (L, B, H, T, T) from ``attention_weights``, causal. Entry k averages weights[i, i - k]
+    over the windows and the queries that have such a key (i >= k), query 0 left out as in
+    :func:`head_statistics`, whose ``current``, ``previous`` and ``two_back`` are entries 0, 1
+    and 2. A head that picks out the previous character has one tall entry at k = 1; a local
+    head, several entries that fall off slowly; a broad one, a low, flat profile.
+    """
+    check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
+    length = weights.size(-1)
+    if weights.size(-2) != length or weights.size(1) == 0 or length < 2:
+        raise ValueError(
+            f"weights: expected causal self-attention weights (L, B, H, T, T) with T = S >= 2 "
+            f"and B >= 1, got weights.shape = {shape_of(weights)}"
+        )
+    check_int("max_offset", max_offset, low=0, high=length - 1)
+    profile = []
+    for offset in range(max_offset + 1):
+        # (L, B, H, T - offset): weights[i, i - offset] for i = offset .. T - 1
+        diagonal = weights.diagonal(offset=-offset, dim1=-2, dim2=-1)
+        first_query = max(offset, 1) - offset  # skip query 0
+        profile.append(diagonal[..., first_query:].mean(dim=(1, 3)))  # (L, H)
+    return torch.stack(profile, dim=-1)  # (L, H, max_offset + 1)
 
 
 def _check_statistics_inputs(weights: object, tokens: object, characters: object) -> None:
@@ -262,16 +301,51 @@ def masked_loss(model: nn.Module, inputs: Tensor, targets: Tensor, gates: Tensor
     return _loss(model, inputs, targets, gates).item()
 
 
+class _LayerByLayer:
+    """Losses under head gates, each recomputed only from the lowest layer whose gates changed.
+
+    Layer l's input depends on the gates of the layers below it alone, so the inputs of the
+    layers below the first changed one are kept from the previous call and the rest recomputed:
+    the same operations as ``model(inputs, head_mask=gates)`` in the same order, so the same
+    losses, for a fraction of the work when successive gates differ in one layer. TinyDecoder.
+    """
+
+    def __init__(self, model: nn.Module, inputs: Tensor, targets: Tensor) -> None:
+        self.model, self.targets = model, targets.flatten().long()
+        x = model._embed(inputs, 0)  # (B, T, D)
+        self.mask = model._attention_mask(inputs.size(1), 0, x.dtype, x.device)  # (H, T, T)
+        self.layer_inputs = [x]  # [l]: what layer l read under the last gates; [L]: the output
+        self.last_gates: Tensor | None = None  # (L, H)
+
+    def loss(self, gates: Tensor) -> float:
+        """The mean next-token loss with head gates (L, H)."""
+        n_layers = len(self.model.blocks)
+        if self.last_gates is None:
+            start = 0
+        else:
+            changed = (gates != self.last_gates).any(dim=1).nonzero().flatten().tolist()
+            start = changed[0] if changed else n_layers
+        del self.layer_inputs[start + 1 :]
+        x = self.layer_inputs[start]  # (B, T, D)
+        for index in range(start, n_layers):
+            x = self.model.blocks[index](x, None, head_mask=gates[index], mask=self.mask)
+            self.layer_inputs.append(x)  # (B, T, D)
+        self.last_gates = gates.clone()
+        logits = self.model.lm_head(self.model.final_norm(x))  # (B, T, V)
+        return F.cross_entropy(logits.flatten(0, 1), self.targets).item()
+
+
 @torch.no_grad()
 def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
     _check_windows(model, inputs, targets)
     gates = _gates(model)  # (L, H)
-    base = masked_loss(model, inputs, targets, gates)
+    layers = _LayerByLayer(model, inputs, targets)
+    base = layers.loss(gates)
     increase = torch.zeros_like(gates)
     for layer, head in torch.cartesian_prod(*(torch.arange(n) for n in gates.shape)).tolist():
         gates[layer, head] = 0.0
-        increase[layer, head] = masked_loss(model, inputs, targets, gates) - base
+        increase[layer, head] = layers.loss(gates) - base
         gates[layer, head] = 1.0
     return increase
 
@@ -304,10 +378,11 @@ def pruning_curve(
     _check_windows(model, inputs, targets)
     gates = _gates(model)  # (L, H)
     _check_order(order, *gates.shape)
-    losses = [masked_loss(model, inputs, targets, gates)]
+    layers = _LayerByLayer(model, inputs, targets)
+    losses = [layers.loss(gates)]
     for layer, head in order:
         gates[layer, head] = 0.0
-        losses.append(masked_loss(model, inputs, targets, gates))
+        losses.append(layers.loss(gates))  # the layers below `layer` are not recomputed
     return losses
 
 
