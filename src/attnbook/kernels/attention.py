@@ -94,8 +94,8 @@ def _block_d(head_dim: int) -> int:
 
 
 def _check_block(name: str, block: int) -> None:
-    """Tile sides are powers of two and at least 16: on a GPU ``tl.dot`` refuses smaller
-    blocks, which the interpreter would run without complaint."""
+    """Tile sides are powers of two and at least 16: on an NVIDIA GPU ``tl.dot`` refuses to sum
+    float16 products over fewer than 16 elements, which the interpreter runs without complaint."""
     if block < 16 or block & (block - 1):
         raise ValueError(f"{name}: expected a power of two, at least 16, got {block}")
 
