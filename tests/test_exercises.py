@@ -617,6 +617,18 @@ WRONG_ANSWERS = {
             lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, masked=False),
             "the output differs from causal SDPA",
         ),
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, stop="first_row"),
+            "causal_flash(q, k, v, 32, 16) with T = S = 50, 2 heads: the output differs",
+        ),
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, stop="one_key_block"),
+            "causal_flash(q, k, v, 32, 16) with T = S = 50, 2 heads: the output differs",
+        ),
+        (
+            lambda q, k, v, bm, bn: causal_flash(q, k, v, bm, bn, one_head=True),
+            "read 6 tiles, the count of one head",
+        ),
         (lambda q, k, v, bm, bn: q, "should return a pair (out, tiles)"),
     ],
     "check_flash_exp2": [

@@ -90,8 +90,28 @@ def test_the_gpu_tile_shape_with_two_diagonal_tiles_per_program():
 
 def test_the_forward_refuses_a_query_block_that_is_not_a_multiple_of_the_key_block():
     q = torch.zeros(1, 1, 4, 16, device=DEVICE)
-    with pytest.raises(ValueError, match="block_m: expected a multiple of block_n = 32, got 48"):
-        attention_forward(q, q, q, True, 0.25, block_m=48, block_n=32)
+    with pytest.raises(ValueError, match="block_m: expected a multiple of block_n = 64, got 32"):
+        attention_forward(q, q, q, True, 0.25, block_m=32, block_n=64)
+
+
+@pytest.mark.parametrize(
+    "blocks, message",
+    [
+        ({"block_m": 8, "block_n": 8}, "block_m: expected a power of two, at least 16, got 8"),
+        ({"block_m": 64, "block_n": 48}, "block_n: expected a power of two, at least 16, got 48"),
+    ],
+)
+def test_the_forward_refuses_tiles_a_gpu_cannot_multiply(blocks, message):
+    q = torch.zeros(1, 1, 4, 16, device=DEVICE)
+    with pytest.raises(ValueError, match=message):
+        attention_forward(q, q, q, True, 0.25, **blocks)
+
+
+def test_the_backward_refuses_a_tile_below_16():
+    q = torch.zeros(1, 1, 4, 16, device=DEVICE)
+    lse = torch.zeros(1, 1, 4, device=DEVICE)
+    with pytest.raises(ValueError, match="block: expected a power of two, at least 16, got 8"):
+        attention_backward(q, q, q, q, lse, q, True, 0.25, block=8)
 
 
 @needs_triton

@@ -18,7 +18,8 @@ LN2 = math.log(2)
 @triton.jit
 def causal_flash_kernel(
     Q, K, V, Out, Count, T, S, scale, d: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-    MASKED: tl.constexpr, SKIPS: tl.constexpr, STRICT: tl.constexpr,
+    MASKED: tl.constexpr, SKIPS: tl.constexpr, STRICT: tl.constexpr, STOP: tl.constexpr,
+    ONE_HEAD: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BM + tl.arange(0, BM)  # (BM,) query rows
     bh = tl.program_id(1)
@@ -30,9 +31,17 @@ def causal_flash_kernel(
     acc = tl.zeros([BM, d], tl.float32)
     stop = S
     if SKIPS:
-        stop = tl.minimum(S, (tl.program_id(0) + 1) * BM)
+        if STOP == "first_row":  # a wrong answer: enough only when BM == BN
+            stop = tl.minimum(S, tl.program_id(0) * BM + 1)
+        elif STOP == "one_key_block":  # a wrong answer: enough only when BM == BN
+            stop = tl.minimum(S, tl.program_id(0) * BM + BN)
+        else:
+            stop = tl.minimum(S, (tl.program_id(0) + 1) * BM)
     for start in range(0, stop, BN):
-        tl.atomic_add(Count, 1)
+        if ONE_HEAD:  # a wrong answer: counts the tiles of the first batch-head only
+            tl.atomic_add(Count, (bh == 0).to(tl.int32))
+        else:
+            tl.atomic_add(Count, 1)
         keys = start + tl.arange(0, BN)  # (BN,) key rows of this tile
         kv = (bh * S + keys[:, None]) * d + cols
         k = tl.load(K + kv, mask=keys[:, None] < S, other=0.0)
@@ -54,14 +63,16 @@ def causal_flash_kernel(
     tl.store(Out + (bh * T + rows[:, None]) * d + cols, acc / norm[:, None], mask=inside)
 
 
-def causal_flash(q, k, v, BM, BN, *, masked=True, skips=True, strict=False):
+def causal_flash(
+    q, k, v, BM, BN, *, masked=True, skips=True, strict=False, stop="last_row", one_head=False
+):
     B, H, T, d = q.shape
     out = torch.empty_like(q)
     count = torch.zeros(1, dtype=torch.int32, device=q.device)
     grid = (triton.cdiv(T, BM), B * H)
     causal_flash_kernel[grid](
         q, k, v, out, count, T, k.size(2), d**-0.5, d=d, BM=BM, BN=BN,
-        MASKED=masked, SKIPS=skips, STRICT=strict,
+        MASKED=masked, SKIPS=skips, STRICT=strict, STOP=stop, ONE_HEAD=one_head,
     )  # fmt: skip
     return out, count.item()
 

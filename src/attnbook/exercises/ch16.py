@@ -65,12 +65,14 @@ def check_causal_tile_kind(fn: Callable[[int, int, int, int], str]) -> None:
     _succeed("full below the diagonal, masked on it, skipped above it, for any block sizes")
 
 
-def _random_qkv(seq_q: int, seq_k: int, head_dim: int, seed: int) -> list[torch.Tensor]:
-    """(1, 1, T, d) queries and (1, 1, S, d) keys and values, on the kernels' device."""
+def _random_qkv(
+    seq_q: int, seq_k: int, head_dim: int, seed: int, n_heads: int = 1
+) -> list[torch.Tensor]:
+    """(1, H, T, d) queries and (1, H, S, d) keys and values, on the kernels' device."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = _generator(seed)
     lengths = (seq_q, seq_k, seq_k)
-    return [torch.randn(1, 1, n, head_dim, generator=generator).to(device) for n in lengths]
+    return [torch.randn(1, n_heads, n, head_dim, generator=generator).to(device) for n in lengths]
 
 
 def _call_kernel(fn: Callable, call: str, *args):
@@ -96,26 +98,46 @@ def _check_output(out, q, k, v, call: str, is_causal: bool) -> None:
         _fail(f"{call}: the output differs from {mask}SDPA in float64 by up to {error:.2g}")
 
 
+# (BM, BN, heads, tiles read, tiles of an unmasked kernel) for T = S = 50: query block i
+# reads the key blocks that start before (i + 1) * BM, in every one of the heads
+CAUSAL_FLASH_CASES = ((16, 16, 1, 10, 16), (32, 16, 2, 12, 16))
+
+
 @_checker
 def check_causal_flash(fn: Callable) -> None:
     """``fn(q, k, v, BM, BN)``: ``(out, tiles)``, causal attention (query i sees keys 0..i) and
-    how many (query block, key block) tiles the kernel read, for T = S = 50 and blocks of 16."""
-    q, k, v = _random_qkv(50, 50, 16, seed=16)
-    call = "causal_flash(q, k, v, 16, 16) with T = S = 50"
-    result = _call_kernel(fn, call, q, k, v, 16, 16)
-    if not isinstance(result, tuple) or len(result) != 2:
-        _fail(f"{call} should return a pair (out, tiles), got {type(result).__name__}")
-    out, tiles = result
-    _check_output(out, q, k, v, call, is_causal=True)
-    tiles = int(tiles)
-    if tiles == 16:
-        _fail(
-            f"{call} read all 16 tiles: the output is right, but query block i never sees the "
-            "key blocks after its last row; stop its loop at min(S, (i + 1) * BM)"
-        )
-    if tiles != 10:
-        _fail(f"{call} read {tiles} tiles, expected 1 + 2 + 3 + 4 = 10 (count one per key block)")
-    _succeed("causal output within 1e-5 of SDPA, 10 tiles read of 16")
+    how many (query block, key block) tiles the kernel read in all, for T = S = 50: blocks of
+    16 by 16 with one head, then of 32 queries by 16 keys with two heads."""
+    for block_m, block_n, n_heads, expected, unmasked in CAUSAL_FLASH_CASES:
+        q, k, v = _random_qkv(50, 50, 16, seed=16 + block_m + n_heads, n_heads=n_heads)
+        call = f"causal_flash(q, k, v, {block_m}, {block_n}) with T = S = 50, {n_heads} head"
+        call += "s" if n_heads > 1 else ""
+        result = _call_kernel(fn, call, q, k, v, block_m, block_n)
+        if not isinstance(result, tuple) or len(result) != 2:
+            _fail(f"{call} should return a pair (out, tiles), got {type(result).__name__}")
+        out, tiles = result
+        _check_output(out, q, k, v, call, is_causal=True)
+        tiles = int(tiles)
+        if tiles == unmasked:
+            _fail(
+                f"{call} read all {unmasked} tiles: the output is right, but query block i "
+                "never sees the key blocks after its last row; stop its loop at "
+                "min(S, (i + 1) * BM)"
+            )
+        if n_heads > 1 and tiles == expected // n_heads:
+            _fail(
+                f"{call} read {tiles} tiles, the count of one head: every (query block, head) "
+                f"program reads its tiles, {expected} in all"
+            )
+        if tiles != expected:
+            _fail(
+                f"{call} read {tiles} tiles, expected {expected}: one per key block that "
+                "starts before (i + 1) * BM, in every program"
+            )
+    _succeed(
+        "causal output within 1e-5 of SDPA; 10 tiles read of 16 with 16 x 16 blocks, "
+        "12 of 16 with 32 x 16 blocks and two heads"
+    )
 
 
 @_checker

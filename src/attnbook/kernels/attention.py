@@ -93,6 +93,13 @@ def _block_d(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
+def _check_block(name: str, block: int) -> None:
+    """Tile sides are powers of two and at least 16: on an NVIDIA GPU ``tl.dot`` refuses to sum
+    float16 products over fewer than 16 elements, which the interpreter runs without complaint."""
+    if block < 16 or block & (block - 1):
+        raise ValueError(f"{name}: expected a power of two, at least 16, got {block}")
+
+
 def attention_forward(
     query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float,
     block_m: int | None = None, block_n: int | None = None,
@@ -105,6 +112,8 @@ def attention_forward(
     on_cpu = query.device.type == "cpu"
     block_m = block_m or (CPU_BLOCK if on_cpu else CUDA_BLOCK_M)
     block_n = block_n or (CPU_BLOCK if on_cpu else CUDA_BLOCK_N)
+    _check_block("block_m", block_m)
+    _check_block("block_n", block_n)
     if block_m % block_n:
         raise ValueError(f"block_m: expected a multiple of block_n = {block_n}, got {block_m}")
     from attnbook.kernels.forward import attention_forward_kernel
@@ -127,9 +136,10 @@ def attention_backward(
     grad_output: Tensor, is_causal: bool, scale: float, block: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """Launch the backward kernels on contiguous tensors: ``(dq, dk, dv)``."""
+    block = block or (CPU_BLOCK if query.device.type == "cpu" else CUDA_BLOCK)
+    _check_block("block", block)
     from attnbook.kernels.backward import delta_kernel, dkdv_kernel, dq_kernel
 
-    block = block or (CPU_BLOCK if query.device.type == "cpu" else CUDA_BLOCK)
     batch, n_heads, seq_q, head_dim = query.shape
     seq_k = key.size(2)
     block_d = _block_d(head_dim)

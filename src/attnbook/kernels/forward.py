@@ -13,7 +13,7 @@ causal mask (only keys past ``seq_k`` are masked); those on the diagonal, ``BLOC
 of them, need the causal mask; those to the right are skipped. ``BLOCK_M`` must be a multiple
 of ``BLOCK_N``, so that stage 1 ends where a key block starts. The tensors are contiguous
 (B, H, length, d); head widths that are not a power of two are padded with zeros inside the
-kernel by masked loads (``BLOCK_D`` is the next power of two).
+kernel by masked loads (``BLOCK_D`` is the next power of two, at least 16).
 """
 
 from attnbook.kernels.runtime import import_triton
