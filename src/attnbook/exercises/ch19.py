@@ -56,6 +56,11 @@ def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
             row, key = (own & ~mask).nonzero()[0].tolist()
             _fail(f"{call}: row {row} must read its own block up to itself (key {key})")
         row, key = _first_difference(mask, expected)
+        if mask[row, key] and key > row and same_block[row, key]:
+            _fail(
+                f"{call}: row {row} reads key {key}, later in its own block; inside the own "
+                "block a query reads keys up to itself only (the causal mask applies there too)"
+            )
         if mask[row, key] and key > row:
             _fail(
                 f"{call}: row {row} reads key {key}, which is in its future; a future block "

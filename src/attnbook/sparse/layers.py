@@ -74,7 +74,8 @@ class IndexedSparseAttention(_Projections):
       keys, and the indexer sees a detached input, so the language loss trains the attention and
       the KL trains the indexer;
     - ``"exact"``: attention over the top_k keys of the dense attention itself (heads summed),
-      the choice a perfect indexer would make: the ceiling for ``"sparse"``; no indexer loss.
+      the reference a perfect indexer would aim at (not an upper bound on accuracy); no
+      indexer loss.
     """
 
     def __init__(
