@@ -660,6 +660,12 @@ WRONG_ANSWERS = {
             lambda p, n, k, b: beam_blocks(p, n, max(k, 1), b),
             "beam_blocks(30, 4, 0, 8) should be 4",
         ),
+        (
+            lambda p, n, k, b: (
+                beam_blocks(p, n, k, b) + n * (-(-k // b) - (-(-(p + k) // b) + (p // -b)))
+            ),
+            "count its new blocks from prompt_len + n_new",
+        ),
     ],
     "check_block_hashes": [
         (

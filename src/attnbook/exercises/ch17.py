@@ -76,7 +76,15 @@ def check_beam_blocks(beam_blocks: Callable[[int, int, int, int], int]) -> None:
         got = _call(beam_blocks, call, prompt_len, n_beams, n_new, block_size)
         if got != expected:
             partial = prompt_len % block_size
-            if partial and n_new and n_beams > 1:
+            prompt_blocks = -(-prompt_len // block_size)
+            new_per_beam = -(-(prompt_len + n_new) // block_size) - prompt_blocks
+            from_n_new_alone = -(-n_new // block_size)
+            if got == expected + n_beams * (from_n_new_alone - new_per_beam) != expected:
+                hint = (
+                    "a beam's first new tokens fill the free slots of the prompt's last block; "
+                    "count its new blocks from prompt_len + n_new, not from n_new alone"
+                )
+            elif partial and n_new and n_beams > 1:
                 hint = (
                     "the prompt's partly filled last block is written by every beam: each "
                     "beam but the last copies it, the last writes into the original"
