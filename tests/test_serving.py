@@ -114,6 +114,16 @@ def test_static_batching_gives_the_same_tokens_in_more_steps():
     assert static.stats.steps > continuous.stats.steps
 
 
+def test_static_batching_refuses_rows_padded_past_the_model_length():
+    model = make_model()  # learned positions: no position past max_len exists
+    long_prompt, short_prompt = [1] * (model.max_len - 4), [2] * 2
+    engine = ServingEngine(model, block_size=4, max_batch=2, static=True)
+    with pytest.raises(ValueError, match=r"max_new_tokens: static batching.*max_len"):
+        engine.run([long_prompt, short_prompt], [2, model.max_len - 2])
+    # each request alone fits, and continuous batching serves them
+    ServingEngine(model, block_size=4, max_batch=2).run([long_prompt, short_prompt], [2, 4])
+
+
 def test_serve_function_and_no_sharing():
     model = make_model()
     prompts, counts = random_requests(4, seed=7)

@@ -152,6 +152,12 @@ class ServingEngine:
         longest = max(len(p) + c - 1 for p, c in zip(prompts, counts, strict=True))
         if self.static:  # a static row runs as long as the longest request of its batch
             longest = max(len(p) for p in prompts) + max(counts) - 1
+            if longest > self.model.max_len:
+                raise ValueError(
+                    f"max_new_tokens: static batching runs every row to the longest prompt "
+                    f"plus the largest count, {longest} positions, got a model of max_len = "
+                    f"{self.model.max_len}; expected requests that fit together"
+                )
         self.cache, self.prefixes, self.stats = (
             self._new_cache(longest),
             PrefixTable(),
