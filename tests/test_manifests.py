@@ -10,9 +10,16 @@ import pytest
 
 from attnbook.analysis import circuits
 from attnbook.analysis.circuits import load_circuit_models
-from attnbook.models import capstone, gated_models, reference_model, sparse_models
+from attnbook.models import (
+    capstone,
+    gated_models,
+    position_models,
+    reference_model,
+    sparse_models,
+)
 from attnbook.models.capstone import load_capstone_models
 from attnbook.models.gated_models import load_gated_models
+from attnbook.models.position_models import load_position_models
 from attnbook.models.reference_model import load_reference_model
 from attnbook.models.sparse_models import load_sparse_models
 
@@ -37,6 +44,18 @@ LOADERS = {  # module, loader, manifest fields to remove: top level and nested
     "gated": (gated_models, load_gated_models, [("sha256",), ("config",)]),
     "circuits": (circuits, load_circuit_models, [("sha256",)]),
     "sparse": (sparse_models, load_sparse_models, [("sha256",)]),
+    "positions": (
+        position_models,
+        load_position_models,
+        [
+            ("sha256",),
+            ("config",),
+            ("models",),
+            ("config", "model"),
+            ("models", "rope/1"),
+            ("models", "alibi/0", "validation_losses"),
+        ],
+    ),
 }
 WRONG_TYPE = {"gated": "sha256", "circuits": "sha256", "sparse": "sha256"}  # default: config
 

@@ -134,6 +134,12 @@ from attnbook.models.lm_training import (
     train_language_model,
 )
 from attnbook.models.periodic import periodic_batch
+from attnbook.models.position_models import (
+    PositionModels,
+    build_position_model,
+    load_position_models,
+    train_position_model,
+)
 from attnbook.models.recall import (
     load_recall_models,
     mqar_batch,
@@ -241,6 +247,7 @@ __all__ = [
     "NativeSparseAttention",
     "PagedKVCache",
     "PlainDecoder",
+    "PositionModels",
     "PrefixTable",
     "QuantizedKV",
     "RecurrentState",
@@ -262,6 +269,7 @@ __all__ = [
     "attention_with_sinks",
     "block_hashes",
     "build_capstone_model",
+    "build_position_model",
     "build_sparse_model",
     "causal_mask",
     "compressed_mask",
@@ -285,6 +293,7 @@ __all__ = [
     "linear_attention_weights",
     "load_capstone_models",
     "load_genesis",
+    "load_position_models",
     "load_recall_models",
     "load_reference_model",
     "load_reversal_models",
@@ -342,6 +351,7 @@ __all__ = [
     "trace_shapes",
     "train_capstone_model",
     "train_language_model",
+    "train_position_model",
     "train_seq2seq",
     "train_validation_split",
     "triton_attention",
