@@ -247,6 +247,12 @@ def flash_exp2(q, k, v, **switches):  # ch16, a Triton kernel: see triton_answer
     return run(q, k, v, **switches)
 
 
+def delta_rows(out, grad_out, **switches):  # ch16, a Triton kernel: see triton_answers.py
+    from triton_answers import delta_rows as run
+
+    return run(out, grad_out, **switches)
+
+
 def paged_slots(length, block_size):  # ch17
     return block_size * -(-length // block_size)
 
@@ -338,6 +344,7 @@ SOLUTIONS = {
     "check_causal_tile_kind": causal_tile_kind,
     "check_causal_flash": causal_flash,
     "check_flash_exp2": flash_exp2,
+    "check_delta_rows": delta_rows,
     "check_paged_slots": paged_slots,
     "check_gather_keys": gather_keys,
     "check_beam_blocks": beam_blocks,

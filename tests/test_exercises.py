@@ -22,6 +22,7 @@ from exercise_answers import (
     causal_tile_kind,
     chunk_decays,
     concat_scores,
+    delta_rows,
     delta_rule_step,
     find_circuit,
     flash_exp2,
@@ -640,6 +641,12 @@ WRONG_ANSWERS = {
         ),
         (lambda q, k, v: flash_exp2(q, k, v, log2=False), "lse differs from torch.logsumexp"),
     ],
+    "check_delta_rows": [
+        (lambda o, do: delta_rows(o, do, one_head=True), "head 0 is right but head 1 is not"),
+        (lambda o, do: delta_rows(o, do, floor=True), "rows 32..49 are wrong, the first 32 right"),
+        (lambda o, do: delta_rows(o, do, square=True), "delta differs from rowsum(A * dA)"),
+        (lambda o, do: (o * do).sum(dim=-1, keepdim=True), "should return delta of shape"),
+    ],
     "check_paged_slots": [
         (lambda n, b: b * (n // b), "round the length *up*"),
         (lambda n, b: b * (n // b + 1), "needs no extra block"),
@@ -732,6 +739,7 @@ WRONG_ANSWERS = {
 }
 # Chapter 16's kernel exercises run the reader's Triton: only where Triton installs.
 TRITON_CHECKERS = {"check_causal_flash", "check_flash_exp2"}
+TRITON_CHECKERS |= {"check_delta_rows"}
 
 
 @pytest.fixture(autouse=True)

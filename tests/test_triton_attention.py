@@ -203,3 +203,49 @@ def test_triton_imported_without_the_interpreter_on_a_cpu_gets_a_clear_error(mon
     monkeypatch.setenv(runtime.INTERPRET_VARIABLE, "0")
     with pytest.raises(runtime.TritonUnavailableError, match="TRITON_INTERPRET=1"):
         runtime.import_triton()
+
+
+@needs_triton
+@pytest.mark.skipif(not runtime.interpreting(), reason="records calls in Triton's interpreter")
+@pytest.mark.parametrize(("seq", "block_m", "block_n", "full", "diagonal"), [
+    (256, 128, 64, 2, 4),  # the GPU's tiles: 2 programs, 2 full tiles, 2 diagonal tiles each
+    (100, 32, 16, 12, 7),  # T = S no multiple of either block: the last program has 1 diagonal
+])  # fmt: skip
+def test_the_forward_visits_exactly_the_tiles_a_causal_classifier_keeps(
+    monkeypatch, seq, block_m, block_n, full, diagonal
+):
+    """The tiles the causal forward kernel runs, recorded in the interpreter, where its tile
+    helper is a Python call: every one is a tile that the corner rule of chapter 16's exercise
+    1 calls full (stage 1, no causal mask) or diagonal (stage 2), each exactly once, and no
+    tile that rule skips is read."""
+    from exercise_answers import causal_tile_kind
+
+    from attnbook.kernels import forward
+
+    visited, tile = [], forward._forward_tile
+
+    def recording(*args):
+        # args 6, 7 and 12: start_n (an int), offs_m (the program's query rows), DIAGONAL
+        start_m = int(args[7].handle.data[0])
+        visited.append((start_m, args[6], "diagonal" if args[12] else "full"))
+        return tile(*args)
+
+    monkeypatch.setattr(forward, "_forward_tile", recording)
+    q = torch.randn(1, 1, seq, 16)
+    attention_forward(q, q, q, True, 0.25, block_m=block_m, block_n=block_n)
+    grid = [(m, n) for m in range(0, seq, block_m) for n in range(0, seq, block_n)]
+    kept = [(m, n, causal_tile_kind(m, n, block_m, block_n)) for m, n in grid]
+    assert sorted(visited) == sorted(tile for tile in kept if tile[2] != "skip")
+    assert [kind for *_, kind in visited].count("full") == full
+    assert [kind for *_, kind in visited].count("diagonal") == diagonal
+
+
+def test_the_chapters_tile_count_is_the_classifiers():
+    """Chapter 16 counts T = S = 1024 with 128 by 64 tiles from the kernel's loop bounds (56
+    full, 16 diagonal, 56 skipped); its exercise 1 solution says the classifier agrees."""
+    from exercise_answers import causal_tile_kind
+
+    kinds = [
+        causal_tile_kind(m, n, 128, 64) for m in range(0, 1024, 128) for n in range(0, 1024, 64)
+    ]
+    assert [kinds.count(kind) for kind in ("full", "diagonal", "skip")] == [56, 16, 56]

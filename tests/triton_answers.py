@@ -116,3 +116,28 @@ def flash_exp2(q, k, v, *, fold=True, factor=LN2, log2=True):
     grid = (triton.cdiv(T, 32), B * H)
     exp2_kernel[grid](q, k, v, out, lse, T, k.size(2), scale, d=d, BM=32, BN=32, LOG2=log2)
     return out, lse * factor
+
+
+@triton.jit
+def delta_kernel(
+    Out, DO, Delta, T, d: tl.constexpr, BM: tl.constexpr, ONE_HEAD: tl.constexpr,
+    SQUARE: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)  # (BM,) query rows
+    bh = 0 if ONE_HEAD else tl.program_id(1)  # ONE_HEAD: a wrong answer, no head offset
+    inside = rows < T
+    offsets = (bh * T + rows[:, None]) * d + tl.arange(0, d)  # (BM, d)
+    o = tl.load(Out + offsets, mask=inside[:, None], other=0.0)
+    do = tl.load(DO + offsets, mask=inside[:, None], other=0.0)
+    delta = tl.sum(o * o, axis=1) if SQUARE else tl.sum(o * do, axis=1)  # SQUARE: wrong
+    tl.store(Delta + tl.program_id(1) * T + rows, delta, mask=inside)
+
+
+def delta_rows(out, grad_out, *, one_head=False, square=False, floor=False):
+    B, H, T, d = out.shape
+    delta = torch.zeros(B, H, T, device=out.device)  # float32
+    programs = T // 32 if floor else triton.cdiv(T, 32)  # floor: a wrong answer
+    delta_kernel[(programs, B * H)](
+        out, grad_out, delta, T, d=d, BM=32, ONE_HEAD=one_head, SQUARE=square
+    )
+    return delta

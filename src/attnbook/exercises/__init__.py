@@ -40,7 +40,12 @@ from attnbook.exercises.ch15 import (
     check_sink_weights,
     check_sink_window_mask,
 )
-from attnbook.exercises.ch16 import check_causal_flash, check_causal_tile_kind, check_flash_exp2
+from attnbook.exercises.ch16 import (
+    check_causal_flash,
+    check_causal_tile_kind,
+    check_delta_rows,
+    check_flash_exp2,
+)
 from attnbook.exercises.ch17 import (
     check_beam_blocks,
     check_block_hashes,
@@ -66,6 +71,7 @@ __all__ = [
     "check_causal_tile_kind",
     "check_causal_flash",
     "check_flash_exp2",
+    "check_delta_rows",
     "check_concat_scores",
     "check_delta_rule_step",
     "check_find_circuit",

@@ -1,5 +1,5 @@
 """Chapter 16's exercise checkers: which tiles a causal FlashAttention kernel visits, a causal
-kernel of the reader's own, and the exp2 form of the online softmax.
+kernel of the reader's own, the exp2 form of the online softmax, and the backward's delta.
 
 The kernels are the reader's; these checkers only call them on small tensors (on CUDA where it
 is available, else on the CPU, where the reader's Triton runs in its interpreter) and compare
@@ -162,3 +162,47 @@ def check_flash_exp2(fn: Callable) -> None:
         error = (lse.double() - expected).abs().max().item()
         _fail(f"{call}: lse differs from torch.logsumexp of the scores by up to {error:.2g}")
     _succeed("output within 1e-5 of SDPA, and lse2 * ln 2 is the natural log-sum-exp")
+
+
+def _delta_inputs() -> tuple[torch.Tensor, ...]:
+    """(q, k, v, out, grad_out): 2 heads, T = 50 queries, S = 70 keys, d = 16, out from SDPA."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = _generator(18)
+    shapes = ((1, 2, 50, 16), (1, 2, 70, 16), (1, 2, 70, 16), (1, 2, 50, 16))
+    q, k, v, grad_out = (torch.randn(s, generator=generator).to(device) for s in shapes)
+    out = F.scaled_dot_product_attention(q, k, v)  # (B, H, T, d)
+    return q, k, v, out, grad_out
+
+
+@_checker
+def check_delta_rows(fn: Callable) -> None:
+    """``fn(out, grad_out)``: delta (B, H, T), each query row's dot product of dO and O, from the
+    reader's Triton kernel, for 2 heads, T = 50 and d = 16; compared in float64 with the sum
+    the softmax's backward needs, rowsum(A * dA) with dA = dO V^T."""
+    q, k, v, out, grad_out = _delta_inputs()
+    call = "delta_rows(out, grad_out) with 2 heads, T = 50, d = 16"
+    delta = _as_tensor(_call_kernel(fn, call, out, grad_out), call, "delta, a (B, H, T) tensor")
+    if delta.shape != out.shape[:-1]:
+        _fail(
+            f"{call} should return delta of shape {tuple(out.shape[:-1])}, got {tuple(delta.shape)}"
+        )
+    weights = F.softmax(q.double() @ k.double().transpose(-2, -1) / 4.0, dim=-1)  # (B, H, T, S)
+    d_weights = grad_out.double() @ v.double().transpose(-2, -1)  # (B, H, T, S)
+    expected = (weights * d_weights).sum(dim=-1)  # (B, H, T)
+    wrong = ~torch.isclose(delta.double(), expected, atol=1e-5, rtol=0)  # (B, H, T)
+    if not wrong.any():
+        _succeed("delta = rowsum(dO * O) within 1e-5 of rowsum(A * dA), in every head and row")
+        return
+    if not wrong[:, 0].any():
+        _fail(
+            f"{call}: head 0 is right but head 1 is not: batch-head bh's rows start at "
+            "bh * T * d, both in O and dO and in delta (at bh * T)"
+        )
+    if not wrong[..., :32].any():
+        rows = wrong.nonzero()[:, -1]
+        _fail(
+            f"{call}: rows {int(rows.min())}..{int(rows.max())} are wrong, the first 32 right: "
+            "launch cdiv(T, BLOCK) programs and mask the last block's rows past T"
+        )
+    error = (delta.double() - expected).abs().max().item()
+    _fail(f"{call}: delta differs from rowsum(A * dA) by up to {error:.2g}; sum dO * O along d")

@@ -9,6 +9,7 @@ from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.dataflow import self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
+from attnbook.book.diagrams.kernel_memory import kernel_memory
 from attnbook.book.diagrams.kv_cache import kv_cache_steps
 from attnbook.book.diagrams.latent import mla_absorbed_flow, mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
@@ -31,6 +32,7 @@ __all__ = [
     "indexer_flow",  # chapter 19
     "key_selection",  # chapter 19
     "mask_gallery",  # chapter 4
+    "kernel_memory",  # chapter 16
     "kernel_programs",  # chapter 16
     "kv_cache_steps",  # chapter 8
     "mla_absorbed_flow",  # chapter 11
