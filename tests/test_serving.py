@@ -105,13 +105,25 @@ def test_serve_with_rope_gqa_and_a_tight_pool_preempts_and_still_matches():
     assert engine.cache.n_used_blocks == 0
 
 
-def test_static_batching_gives_the_same_tokens_in_more_steps():
+def test_static_batching_gives_the_same_tokens_in_more_steps_and_records_its_padding():
     model = make_model()
     prompts, counts = random_requests(5, seed=5)
     static = ServingEngine(model, block_size=4, max_batch=4, static=True)
     continuous = ServingEngine(model, block_size=4, max_batch=4)
     assert static.run(prompts, counts) == continuous.run(prompts, counts)
     assert static.stats.steps > continuous.stats.steps
+    for engine in (static, continuous):
+        schedule = engine.stats.schedule
+        assert [len(rows) for rows in schedule] == engine.stats.batch_sizes
+        kept = [sum(rows.get(r, False) for rows in schedule) for r in range(len(prompts))]
+        assert kept == [c - 1 for c in counts]  # the first token comes from the prefill
+    assert all(all(rows.values()) for rows in continuous.stats.schedule)
+    schedule = static.stats.schedule
+    assert any(not flag for rows in schedule for flag in rows.values())
+    for before, after in zip(schedule, schedule[1:], strict=False):
+        assert set(before) == set(after) or not set(before) & set(after)  # whole batches
+        # a row that stops being kept stays padding until its batch ends
+        assert not any(not before[r] and after.get(r) for r in before)
 
 
 def test_static_batching_refuses_rows_padded_past_the_model_length():

@@ -31,6 +31,7 @@ from attnbook.book.plotting import (
     plot_attention,
     plot_heads,
     plot_mask,
+    plot_schedule,
     plot_scores,
     use_book_style,
 )
@@ -315,6 +316,7 @@ __all__ = [
     "plot_attention",
     "plot_heads",
     "plot_mask",
+    "plot_schedule",
     "plot_scores",
     "position_settings",
     "previous_token_score",

@@ -4,7 +4,8 @@ Queries are rows and keys are columns, the origin is the top-left corner (query 
 tokens label the axes, and a colorbar gives the scale. Weights (:func:`plot_attention`) use
 viridis, which reads in greyscale and for colour-blind readers; raw scores (:func:`plot_scores`)
 use a diverging red-blue scale centred on zero, since they can be negative; boolean masks
-(:func:`plot_mask`) use two colours.
+(:func:`plot_mask`) use two colours. :func:`plot_schedule` draws a serving engine's batching
+schedule: requests as rows, decoding steps as columns.
 
 :func:`use_book_style` gives every figure of the book one look: readable font sizes and the
 Okabe-Ito line colours, which stay distinct for colour-blind readers and contain no grey (the
@@ -253,4 +254,105 @@ def plot_heads(
     fig.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle)
+    return fig
+
+
+# a batching schedule's cells: finished (or never decoded), waiting, decoding, padding
+SCHEDULE_COLORS = ("#ffffff", "#F0E442", "#0072B2", "#999999")
+SCHEDULE_STATES = ("waiting", "decoding (token kept)", "padding (request already done)")
+
+
+def _schedule_grid(schedule: Sequence[dict[int, bool]], n_requests: int) -> np.ndarray:
+    """(requests, steps) codes: 0 finished, 1 waiting, 2 decoding, 3 padding."""
+    grid = np.zeros((n_requests, len(schedule)), dtype=np.int8)
+    for step, rows in enumerate(schedule):
+        for request, kept in rows.items():
+            grid[request, step] = 2 if kept else 3
+    for request in range(n_requests):
+        active = np.flatnonzero(grid[request])
+        if active.size:  # waiting until its last row, wherever it has none
+            span = grid[request, : active[-1]]
+            span[span == 0] = 1
+    return grid
+
+
+def _check_schedule(name: str, schedule: object, n_requests: int, max_batch: int) -> None:
+    if not isinstance(schedule, Sequence) or not schedule:
+        raise ValueError(f"schedules: {name!r} should list at least one step, got {schedule!r}")
+    for step, rows in enumerate(schedule):
+        if not isinstance(rows, dict) or not 0 < len(rows) <= max_batch:
+            raise ValueError(
+                f"schedules: step {step} of {name!r} should map 1 to max_batch = {max_batch} "
+                f"requests to whether their token is kept, got {rows!r}"
+            )
+        if any(not isinstance(r, int) or not 0 <= r < n_requests for r in rows):
+            raise ValueError(
+                f"schedules: step {step} of {name!r} names a request outside "
+                f"[0, n_requests = {n_requests}), got {list(rows)}"
+            )
+
+
+def plot_schedule(
+    schedules: dict[str, Sequence[dict[int, bool]]], n_requests: int, max_batch: int
+) -> Figure:
+    """Draw batched decoding schedules as Gantt charts, then each step's useful share of slots.
+
+    ``schedules`` maps a name to a schedule in `attnbook.serving.ServeStats`' form: one dict per
+    batched decoding step, from each request with a row in it to whether that row's token is
+    kept. Each schedule gets a panel with requests as rows and steps as columns: a request is
+    waiting (yellow) until its last row wherever it has none, decoding (blue), padding (grey)
+    when its row computes a token nobody keeps, and white once finished. The last panel plots
+    the kept rows of each step over ``max_batch``, the share of batch slots doing useful work.
+    """
+    check_int("n_requests", n_requests)
+    check_int("max_batch", max_batch)
+    if not isinstance(schedules, dict) or not schedules:
+        raise ValueError(f"schedules: expected a non-empty dict of schedules, got {schedules!r}")
+    for name, schedule in schedules.items():
+        _check_schedule(name, schedule, n_requests, max_batch)
+    n_steps = max(len(s) for s in schedules.values())
+    heights = [0.2 * n_requests + 0.6] * len(schedules) + [1.8]
+    fig, axes = plt.subplots(
+        len(schedules) + 1,
+        1,
+        figsize=(9, sum(heights)),
+        sharex=True,
+        gridspec_kw={"height_ratios": heights},
+        layout="constrained",
+    )
+    cmap = ListedColormap(SCHEDULE_COLORS)
+    for ax, (name, schedule) in zip(axes, schedules.items(), strict=False):
+        grid = _schedule_grid(schedule, n_requests)
+        ax.imshow(
+            grid,
+            cmap=cmap,
+            vmin=-0.5,
+            vmax=3.5,
+            aspect="auto",
+            interpolation="nearest",
+            extent=(-0.5, len(schedule) - 0.5, n_requests - 0.5, -0.5),
+        )
+        kept = int((grid == 2).sum())
+        ax.set_title(
+            f"{name}: {len(schedule)} steps, {kept} of {len(schedule) * max_batch} "
+            f"slots decode a kept token"
+        )
+        ax.set_yticks(range(n_requests))
+        ax.set_ylabel("request")
+        ax.set_xlim(-0.5, n_steps - 0.5)
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, facecolor=color, edgecolor="black", linewidth=0.5)
+        for color in SCHEDULE_COLORS[1:]
+    ]
+    axes[0].legend(handles, SCHEDULE_STATES, loc="upper right", fontsize=8)
+    useful = axes[-1]
+    for name, schedule in schedules.items():
+        share = [sum(rows.values()) / max_batch for rows in schedule]
+        useful.step(range(len(schedule)), share, where="mid", label=name)
+    useful.set(
+        ylim=(0, 1.05),
+        xlabel="batched decoding step",
+        ylabel=f"kept rows / {max_batch}",
+    )
+    useful.legend(loc="lower left", fontsize=8)
     return fig

@@ -45,7 +45,12 @@ class Request:
 
 @dataclass
 class ServeStats:
-    """What a run did: batched decode steps, prompt tokens computed and reused, blocks, etc."""
+    """What a run did: batched decode steps, prompt tokens computed and reused, blocks, etc.
+
+    ``schedule`` has one entry per batched decoding step: the requests (by index) with a row in
+    it, in row order, each mapped to whether its row's token is kept (``False`` only for a
+    static batch's padding rows, requests already done).
+    """
 
     steps: int = 0
     prefill_tokens: int = 0
@@ -53,6 +58,7 @@ class ServeStats:
     preemptions: int = 0
     peak_used_blocks: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    schedule: list[dict[int, bool]] = field(default_factory=list)
 
 
 def check_requests(model: nn.Module, prompts: object, max_new_tokens: object) -> list[int]:
@@ -243,6 +249,7 @@ class ServingEngine:
         positions = torch.tensor([[r.n_cached] for r in rows], device=device)  # (B, 1)
         ids = [r.seq_id for r in rows]
         logits = paged_forward(self.model, last, positions, self.cache, ids)  # (B, 1, V)
+        self.stats.schedule.append({r.seq_id: not r.done for r in rows})
         for request, token in zip(rows, logits[:, -1].argmax(-1).tolist(), strict=True):
             request.n_cached += 1
             request.tokens.append(token)
