@@ -1,9 +1,12 @@
-"""Chapter 18's diagram: the growing KV cache beside the fixed-size state."""
+"""Chapter 18's diagrams: the growing KV cache beside the fixed-size state, one delta-rule
+update, the chunked form."""
 
+import pytest
 from helpers import figure_texts
 from matplotlib import pyplot as plt
+from matplotlib.patches import FancyBboxPatch
 
-from attnbook.book.diagrams import cache_versus_state
+from attnbook.book.diagrams import cache_versus_state, chunked_delta_rule, delta_rule_update
 
 
 def test_cache_versus_state_shows_both_memories_and_the_update():
@@ -25,3 +28,47 @@ def test_cache_versus_state_follows_its_sizes():
     assert "k_3" in shown and "k_4" not in shown
     assert "S\n(8 x 2)\n\nz (8)" in shown and any("8 x 2 + 8 = 24" in text for text in shown)
     assert any("t = 3: 3 keys and 3 values" in text for text in shown)
+
+
+def test_delta_rule_update_shows_erase_fade_write_and_the_moved_read():
+    shown = figure_texts(delta_rule_update())
+    steps = [text for text in shown if text.startswith(("erase", "fade", "write"))]
+    assert steps == [
+        "erase along k_t\n(I - beta k_t k_t^T) S",
+        "fade the whole memory\nalpha_t x",
+        "write along k_t\n+ beta k_t v_t^T",
+    ]
+    assert "read after: S_t^T k_t = 0.5 held + 0.5 v_t" in shown
+    assert any("(beta = 0.5, alpha = 1)" in text for text in shown)
+
+
+def test_delta_rule_update_follows_beta_and_refuses_bad_beta():
+    shown = figure_texts(delta_rule_update(beta=1.0))
+    assert "read after: S_t^T k_t = 0 held + 1 v_t" in shown
+    for bad in (-0.1, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match=r"beta: expected a number in \[0, 1\], got"):
+            delta_rule_update(beta=bad)
+
+
+def test_chunked_delta_rule_draws_one_triangle_per_chunk_and_the_states():
+    figure = chunked_delta_rule(length=10, chunk_size=4)
+    patches = figure.axes[0].patches
+    cells = [p for p in patches if isinstance(p, FancyBboxPatch) and p.get_width() == 0.5]
+    shown = figure_texts(figure)
+    # chunks of 4, 4 and 2 tokens: lower triangles of 10, 10 and 3 cells
+    assert len(cells) == 10 + 10 + 3
+    assert [text for text in shown if text.startswith("tokens")] == [
+        "tokens 1-4",
+        "tokens 5-8",
+        "tokens 9-10",
+    ]
+    assert [text for text in shown if text.startswith("S_")] == ["S_0", "S_4", "S_8", "S_10"]
+    assert any("3 sequential steps" in text for text in shown)
+    assert any("O(T C d + T d^2)" in text and "O(T^2 d)" in text for text in shown)
+
+
+def test_chunked_delta_rule_refuses_bad_sizes_by_name():
+    with pytest.raises(ValueError, match=r"chunk_size: expected an int in \[1, 6\], got 7"):
+        chunked_delta_rule(length=6, chunk_size=7)
+    with pytest.raises(ValueError, match=r"length: expected an int in \[1, 24\], got 0"):
+        chunked_delta_rule(length=0)

@@ -84,6 +84,35 @@ def test_alpha_one_is_the_plain_delta_rule_and_beta_zero_writes_nothing():
     assert not out.any() and not final.any()
 
 
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_gated_delta_rule_is_every_write_carried_through_the_later_steps(chunk_size):
+    """A second reference, with no recurrence: per head, with the transitions
+    A_j = alpha_j (I - beta_j k_j k_j^T) as explicit matrices,
+    S_t = A_t ... A_1 S_0 + sum_{i <= t} A_t ... A_{i+1} beta_i k_i v_i^T and o_t = S_t^T q_t."""
+    q, k, v, alpha, beta = inputs(torch.float64, batch=1, heads=2, length=9, d_k=4, d_v=3, seed=3)
+    start = torch.randn(1, 2, 4, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    out, final = gated_delta_rule(q, k, v, alpha, beta, chunk_size=chunk_size, initial_state=start)
+    eye = torch.eye(4, dtype=torch.float64)
+    for head in range(2):
+        qh, kh, vh, ah, bh = (x[0, head] for x in (q, k, v, alpha, beta))
+        steps = [ah[j] * (eye - bh[j] * torch.outer(kh[j], kh[j])) for j in range(9)]
+
+        def carried(first, last, steps=steps):
+            # A_last ... A_first (the identity when first > last)
+            product = eye
+            for step in steps[first : last + 1]:
+                product = step @ product
+            return product
+
+        for t in range(9):
+            writes = sum(
+                carried(i + 1, t) @ (bh[i] * torch.outer(kh[i], vh[i])) for i in range(t + 1)
+            )
+            state = carried(0, t) @ start[0, head] + writes
+            torch.testing.assert_close(out[0, head, t], state.T @ qh[t], rtol=0, atol=1e-12)
+        torch.testing.assert_close(final[0, head], state, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("chunk_size", [None, 5])
 def test_initial_state_continues_a_split_sequence_exactly(chunk_size):
     q, k, v, alpha, beta = inputs(torch.float64)

@@ -12,7 +12,11 @@ from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.kernel_memory import kernel_memory
 from attnbook.book.diagrams.kv_cache import kv_cache_steps
 from attnbook.book.diagrams.latent import mla_absorbed_flow, mla_data_flow
-from attnbook.book.diagrams.linear import cache_versus_state
+from attnbook.book.diagrams.linear import (
+    cache_versus_state,
+    chunked_delta_rule,
+    delta_rule_update,
+)
 from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
 from attnbook.book.diagrams.ring import ring_steps
@@ -28,6 +32,8 @@ __all__ = [
     "book_map",  # the introduction
     "block_tables",  # chapter 17
     "cache_versus_state",  # chapter 18
+    "chunked_delta_rule",  # chapter 18
+    "delta_rule_update",  # chapter 18
     "head_split",  # chapter 5
     "indexer_flow",  # chapter 19
     "key_selection",  # chapter 19

@@ -1,10 +1,25 @@
-"""What a decoder keeps between tokens: a growing cache or a fixed state (chapter 18)."""
+"""Chapter 18's pictures: a growing cache beside a fixed state; one delta-rule update as an erase
+then a write; the chunked form's triangular systems and the state passed between chunks."""
+
+import math
 
 from matplotlib.figure import Figure
 
-from attnbook.book.diagrams._draw import LIGHT, ORANGE, SKY, arrow, box, canvas, label
+from attnbook.book.diagrams._draw import (
+    BLUE,
+    GREEN,
+    LIGHT,
+    ORANGE,
+    SKY,
+    YELLOW,
+    arrow,
+    box,
+    canvas,
+    label,
+)
+from attnbook.core._checks import check_int
 
-__all__ = ["cache_versus_state"]
+__all__ = ["cache_versus_state", "chunked_delta_rule", "delta_rule_update"]
 
 
 def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure:
@@ -49,5 +64,134 @@ def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure
         (9.7, 1.1),
         f"after any number of tokens: {d_k} x {d_v} + {d_k} = {d_k * d_v + d_k} numbers per head",
         fontsize=9,
+    )
+    return ax.figure
+
+
+def delta_rule_update(*, beta: float = 0.5) -> Figure:
+    """One step S_t = alpha (I - beta k k^T) S + beta k v^T, drawn as erase, fade, write.
+
+    Top: the three operations in order. Bottom: what the memory returns for the key k_t, in a
+    two-dimensional value space (alpha = 1 there): the held read h = S^T k_t moves a share
+    ``beta`` of the way to v_t, so ``beta = 1`` stores v_t exactly; reads along directions
+    orthogonal to k_t do not change.
+    """
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 <= beta <= 1:
+        raise ValueError(f"beta: expected a number in [0, 1], got {beta!r}")
+    ax = canvas(13, 8.6)
+    label(ax, (6.5, 8.25), "one step of the gated delta rule", fontsize=11)
+    steps = [
+        ("S_{t-1}", LIGHT),
+        ("erase along k_t\n(I - beta k_t k_t^T) S", SKY),
+        ("fade the whole memory\nalpha_t x", YELLOW),
+        ("write along k_t\n+ beta k_t v_t^T", ORANGE),
+        ("S_t", LIGHT),
+    ]
+    widths = [1.1, 2.6, 2.6, 2.6, 1.1]
+    x = 0.25
+    for index, ((text, color), width) in enumerate(zip(steps, widths, strict=True)):
+        box(ax, x, 6.4, width, 1.1, text, color=color, fontsize=9)
+        if index < len(steps) - 1:
+            arrow(ax, (x + width, 6.95), (x + width + 0.4, 6.95))
+        x += width + 0.4
+    label(
+        ax,
+        (6.5, 5.75),
+        "with alpha = 1 the steps add up to S_t = S + beta k_t (v_t - S^T k_t)^T: "
+        "what is written is the correction, not the value",
+        fontsize=9,
+    )
+    origin = (3.0, 0.9)
+    held, value = (2.0, 3.0), (6.4, 0.8)
+    read = tuple((1 - beta) * h + beta * v for h, v in zip(held, value, strict=True))
+
+    def at(point: tuple[float, float]) -> tuple[float, float]:
+        return (origin[0] + point[0], origin[1] + point[1])
+
+    arrow(ax, origin, at(held), color=BLUE)
+    arrow(ax, origin, at(value), color=GREEN)
+    arrow(ax, at(held), at(value), color="grey", style="-")
+    arrow(ax, origin, at(read), color=ORANGE)
+    label(ax, (at(held)[0], at(held)[1] + 0.3), "held: S_{t-1}^T k_t", fontsize=9, color=BLUE)
+    label(ax, (at(value)[0] + 0.5, at(value)[1] - 0.3), "new value v_t", fontsize=9)
+    label(
+        ax,
+        (at(read)[0] + 0.3, at(read)[1] + 0.35),
+        f"read after: S_t^T k_t = {1 - beta:g} held + {beta:g} v_t",
+        fontsize=9,
+        ha="left",
+        background=True,
+    )
+    label(
+        ax,
+        (1.6, 4.9),
+        f"the read for k_t, in value space (beta = {beta:g}, alpha = 1)",
+        fontsize=10,
+        ha="left",
+    )
+    label(
+        ax,
+        (0.3, 0.35),
+        "beta = 1 stores v_t exactly; beta = 0 changes nothing; "
+        "reads along keys orthogonal to k_t are untouched",
+        fontsize=9,
+        ha="left",
+    )
+    return ax.figure
+
+
+def chunked_delta_rule(*, length: int = 12, chunk_size: int = 4) -> Figure:
+    """The chunked form: ``length`` tokens in chunks of ``chunk_size`` (the last may be shorter).
+
+    Each chunk solves a C x C lower-triangular system (identity on the diagonal, the decayed
+    key overlaps M below it) for its corrections U, every chunk at once; only the state S
+    passes from chunk to chunk, T / C sequential steps. A cost line compares the work.
+    """
+    check_int("length", length, high=24)
+    check_int("chunk_size", chunk_size, high=min(length, 8))
+    n_chunks = math.ceil(length / chunk_size)
+    cell = min(0.5, 2.4 / chunk_size)
+    span = chunk_size * cell + 1.5  # width per chunk, gap included
+    width = max(11.5, 1.4 + n_chunks * span)
+    ax = canvas(width, 6.8)
+    label(
+        ax,
+        (width / 2, 6.45),
+        f"the chunked form: T = {length} tokens in chunks of C = {chunk_size}",
+        fontsize=11,
+    )
+    top = 2.6 + chunk_size * cell
+    for chunk in range(n_chunks):
+        first = chunk * chunk_size
+        size = min(chunk_size, length - first)
+        left = 1.6 + chunk * span
+        label(ax, (left + size * cell / 2, top + 0.45), f"tokens {first + 1}-{first + size}")
+        for row in range(size):
+            for col in range(row + 1):
+                color = YELLOW if col == row else ORANGE
+                box(ax, left + col * cell, top - (row + 1) * cell, cell, cell, color=color)
+        state = (left - 1.25, 1.0)
+        box(ax, *state, 0.95, 0.6, f"S_{first}", fontsize=9)
+        arrow(ax, (state[0] + 0.5, 1.6), (left, top - size * cell / 2), curve=-0.2)
+    end = (1.6 + n_chunks * span - 1.25, 1.0)
+    box(ax, *end, 0.95, 0.6, f"S_{length}", fontsize=9)
+    for chunk in range(n_chunks):
+        start = 1.6 + chunk * span - 0.3
+        arrow(ax, (start, 1.3), (start + span - 0.95, 1.3))
+    label(
+        ax,
+        (width / 2, 0.45),
+        "each chunk: a C x C lower-triangular system (I + diag(beta) M) U = ... "
+        "(diagonal: I, below it: M), all chunks at once;\n"
+        f"only the state S passes from chunk to chunk: {n_chunks} sequential steps "
+        "(T / C, rounded up)",
+        fontsize=8.5,
+    )
+    label(
+        ax,
+        (width / 2, 6.0),
+        "work per head: O(T C d + T d^2), against softmax attention's O(T^2 d)",
+        fontsize=9.5,
+        background=True,
     )
     return ax.figure
