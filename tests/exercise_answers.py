@@ -315,6 +315,13 @@ def recall(chosen, target, k):  # ch19
     return hits.double().mean(-1)[k:]
 
 
+def summary_mask(T, block_size, *, first_key=False, strict=False):  # ch19
+    start = torch.arange(T // block_size) * block_size  # (n_blocks,): each block's first key
+    end = start if first_key else start + block_size - 1  # its last key (first: a wrong answer)
+    t = torch.arange(T)[:, None]  # (T, 1)
+    return end[None] < t if strict else end[None] <= t
+
+
 SOLUTIONS = {
     "check_window_mask": window_mask,
     "check_attention_parameter_count": attention_parameter_count,
@@ -354,4 +361,5 @@ SOLUTIONS = {
     "check_orthonormal_keys": orthonormal_keys,
     "check_moba_choice": moba_choice,
     "check_recall": recall,
+    "check_summary_mask": summary_mask,
 }

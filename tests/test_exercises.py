@@ -37,6 +37,7 @@ from exercise_answers import (
     receptive_field,
     rope_halves,
     sink_window_mask,
+    summary_mask,
     supported_orderings,
     weights_with_sink,
     window_mask,
@@ -735,6 +736,12 @@ WRONG_ANSWERS = {
         (recall_of_every_query, "should return one recall per query"),
         (lambda c, t, k: recall(c, t, k) * k, "a recall is a share"),
         (recall_without_topk, "compare the chosen ids"),
+    ],
+    "check_summary_mask": [
+        (lambda T, b: summary_mask(T, b, first_key=True), "in its future"),
+        (lambda T, b: summary_mask(T, b, strict=True), "the query itself"),
+        (lambda T, b: summary_mask(b * -(-T // b), b)[:T], "only complete blocks"),
+        (lambda T, b: torch.ones(T, T, dtype=torch.bool).tril(), "not one per key"),
     ],
 }
 # Chapter 16's kernel exercises run the reader's Triton: only where Triton installs.

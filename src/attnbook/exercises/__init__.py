@@ -57,7 +57,7 @@ from attnbook.exercises.ch18 import (
     check_delta_rule_step,
     check_orthonormal_keys,
 )
-from attnbook.exercises.ch19 import check_moba_choice, check_recall
+from attnbook.exercises.ch19 import check_moba_choice, check_recall, check_summary_mask
 
 __all__ = [
     "ExerciseError",
@@ -96,6 +96,7 @@ __all__ = [
     "check_scale_for",
     "check_sink_weights",
     "check_sink_window_mask",
+    "check_summary_mask",
     "check_supported_orderings",
     "check_window_mask",
     "check_without_head",

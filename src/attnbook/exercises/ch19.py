@@ -1,4 +1,5 @@
-"""Chapter 19's exercise checkers: MoBA's choice of blocks, and an indexer's recall."""
+"""Chapter 19's exercise checkers: MoBA's choice of blocks, an indexer's recall and NSA's
+summary mask."""
 
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from attnbook.exercises._common import (
 )
 from attnbook.sparse.indexer import topk_recall, topk_tokens
 from attnbook.sparse.moba import moba_mask
+from attnbook.sparse.nsa import compressed_mask
 
 # Chapter 19: attention that picks its keys.
 
@@ -111,3 +113,46 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
         f"{call}: recall of query t = |chosen(t) & dense top k(t)| / k; compare the chosen ids "
         "with target[t].topk(k).indices (a -1 is never a hit)"
     )
+
+
+@_checker
+def check_summary_mask(fn: Callable[[int, int], Tensor]) -> None:
+    """``fn(T, block_size)`` -> NSA's (T, T // block_size) mask: the summaries query t reads."""
+    for length, block_size in [(16, 4), (10, 3), (9, 2), (5, 8)]:
+        call = f"summary_mask({length}, {block_size})"
+        n_blocks = length // block_size
+        result = _as_tensor(_call(fn, call, length, block_size), call, "a boolean tensor")
+        shape = tuple(result.shape)
+        if shape == (length, -(-length // block_size)) != (length, n_blocks):
+            _fail(
+                f"{call}: expected shape ({length}, {n_blocks}), got {shape}: only "
+                "complete blocks have a summary, so n_blocks = T // block_size (a partial last "
+                "block has none yet)"
+            )
+        if shape == (length, length) != (length, n_blocks):
+            _fail(
+                f"{call}: expected shape ({length}, {n_blocks}), got {shape}: one "
+                "column per block summary, not one per key"
+            )
+        mask = _check_bool_mask(result, call, (length, n_blocks))
+        expected = compressed_mask(length, block_size)
+        if torch.equal(mask, expected):
+            continue
+        row, block = _first_difference(mask, expected)
+        last = (block + 1) * block_size - 1  # the block's last key
+        if mask[row, block] and last > row:
+            _fail(
+                f"{call}: row {row} reads the summary of block {block}, whose last key {last} is "
+                "in its future; a summary mixes every key of its block, so a query may read it "
+                "only once the block is complete"
+            )
+        if last == row:
+            _fail(
+                f"{call}: row {row} misses block {block}, which ends at key {row}, the query "
+                "itself; a block is complete once its last key is at or before t"
+            )
+        _fail(
+            f"{call}: row {row}, block {block} should be {bool(expected[row, block])}: query t "
+            "reads block j's summary when (j + 1) * block_size - 1 <= t"
+        )
+    _succeed("each query reads the summaries of the blocks complete at its position")
