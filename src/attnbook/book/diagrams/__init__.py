@@ -14,7 +14,7 @@ from attnbook.book.diagrams.latent import mla_absorbed_flow, mla_data_flow
 from attnbook.book.diagrams.linear import cache_versus_state
 from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
-from attnbook.book.diagrams.ring import ring_steps
+from attnbook.book.diagrams.ring import ring_steps, ring_timeline
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.serving import block_tables
@@ -37,6 +37,7 @@ __all__ = [
     "mla_data_flow",  # chapter 11
     "multi_head_overview",  # chapter 5
     "ring_steps",  # chapter 10
+    "ring_timeline",  # chapter 10
     "rope_rotation",  # chapter 7
     "self_attention_dataflow",  # chapter 3
     "seq2seq_decoders",  # chapter 1
