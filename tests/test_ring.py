@@ -22,6 +22,7 @@ from attnbook.efficient.sharding import (
     chunk_ranges,
     shard_positions,
     shard_sequence,
+    step_work,
     unshard_sequence,
 )
 from attnbook.efficient.tiled import attention_block, merge_partials
@@ -216,6 +217,9 @@ def test_run_cases_reports_steps_memory_and_balanced_zigzag_work():
     work = [[sum(s.score_entries for s in r[c].steps) for r in per_rank] for c in (0, 1)]
     assert work[0] == [64, 128, 192]  # contiguous causal: rank r computes r + 1 blocks of 8 x 8
     assert work[1] == [112, 112, 112]  # zigzag: 2P + 1 = 7 tiles of 4 x 4 on every rank
+    for number, layout in enumerate(("contiguous", "zigzag")):
+        recorded = [[s.score_entries for s in r[number].steps] for r in per_rank]
+        assert recorded == [[w * 8 * 8 for w in row] for row in step_work(3, layout)]
     steps = per_rank[1][0].steps
     assert [s.source for s in steps] == [1, 0, 2]
     assert [s.pairs for s in steps] == [((1, 1),), ((1, 0),), ()]  # rank 1 skips rank 2's keys

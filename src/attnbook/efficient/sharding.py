@@ -9,7 +9,7 @@ mask every rank has the same work.
 import torch
 from torch import Tensor
 
-from attnbook.core._checks import check_choice, check_int, shape_of
+from attnbook.core._checks import check_bool, check_choice, check_int, shape_of
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -74,3 +74,38 @@ def unshard_sequence(shards: list[Tensor], layout: str = "contiguous") -> Tensor
     halves = [s.chunk(2, dim=-2) for s in shards]  # P x 2 x (..., L / 2P, d)
     ordered = [first for first, _ in halves] + [second for _, second in reversed(halves)]
     return torch.cat(ordered, dim=-2)  # (..., L, d)
+
+
+def step_work(world_size: int, layout: str = "contiguous", is_causal: bool = True) -> list:
+    """The work of every rank at every ring step, as a fraction of one (T/P, S/P) block.
+
+    Entry [r][s] counts the tiles rank r computes at step s, when it holds the key shard of
+    rank (r - s) mod P, times their area: a tile is one chunk of queries against one chunk of
+    keys (one chunk per shard contiguous, two zigzag), and under ``is_causal`` a tile whose
+    keys all come after its queries is skipped, as :func:`attnbook.efficient.ring.ring_attention`
+    does. The diagonal tiles, half masked, are computed whole and count in full. Contiguous
+    causal: 1 for a shard at or before the rank's own, 0 after it; zigzag: 3/4 at step 0 and
+    1/2 at every later step, on every rank.
+    """
+    check_int("world_size", world_size)
+    check_choice("layout", layout, LAYOUTS)
+    check_bool("is_causal", is_causal)
+    chunks = [
+        [start for start, _ in ranges]
+        for ranges in chunk_ranges(
+            world_size * (1 if layout == "contiguous" else 2), world_size, layout
+        )
+    ]  # the chunk numbers each rank holds (chunks of one position)
+    area = len(chunks[0]) ** 2  # tiles in one (T/P, S/P) block
+    return [
+        [
+            sum(
+                not is_causal or k <= q
+                for q in chunks[rank]
+                for k in chunks[(rank - step) % world_size]
+            )
+            / area
+            for step in range(world_size)
+        ]
+        for rank in range(world_size)
+    ]

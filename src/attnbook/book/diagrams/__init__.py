@@ -19,7 +19,7 @@ from attnbook.book.diagrams.linear import (
 )
 from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
-from attnbook.book.diagrams.ring import ring_steps
+from attnbook.book.diagrams.ring import ring_steps, ring_timeline
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
 from attnbook.book.diagrams.serving import block_tables
@@ -45,6 +45,7 @@ __all__ = [
     "mla_data_flow",  # chapter 11
     "multi_head_overview",  # chapter 5
     "ring_steps",  # chapter 10
+    "ring_timeline",  # chapter 10
     "rope_rotation",  # chapter 7
     "self_attention_dataflow",  # chapter 3
     "seq2seq_decoders",  # chapter 1
