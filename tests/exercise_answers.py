@@ -129,6 +129,20 @@ def cache_bytes_per_token(model):
     return total
 
 
+def start_of_word_weight(weights, windows, space_id):
+    total = weights.new_zeros(weights.size(0), weights.size(2))  # (L, H)
+    count = 0
+    for b, row in enumerate(windows.tolist()):
+        start = None  # the current word's first letter, once a space has been seen
+        for t in range(len(row)):
+            if t > 0 and row[t - 1] == space_id:
+                start = t
+            if start is not None:
+                total += weights[:, b, :, t, start]  # (L, H)
+                count += 1
+    return total / count
+
+
 def alibi_slopes(n_heads):
     power = 2 ** math.floor(math.log2(n_heads))
     slopes = [2 ** (-8 * (h + 1) / power) for h in range(power)]
@@ -340,6 +354,7 @@ SOLUTIONS = {
     "check_merge_partials": merge_partials,
     "check_latent_scores": latent_scores,
     "check_cache_bytes_per_token": cache_bytes_per_token,
+    "check_start_of_word_weight": start_of_word_weight,
     "check_previous_share": previous_share,
     "check_head_importance": head_importance,
     "check_supported_orderings": supported_orderings,

@@ -4,11 +4,13 @@ import json
 
 import pytest
 import torch
+from exercise_answers import start_of_word_weight
 
 from attnbook import (
     CharVocabulary,
     TinyDecoder,
     build_capstone_model,
+    causal_mask,
     evaluate_loss,
     load_capstone_models,
     load_genesis,
@@ -151,3 +153,38 @@ def test_training_is_deterministic_on_one_thread_and_restores_the_thread_count(s
     assert first_history.validation_losses[1] < first_history.validation_losses[0]
     for key, value in first_model.state_dict().items():
         assert torch.equal(value, second_model.state_dict()[key]), key
+
+
+@pytest.mark.parametrize("variant", ["GQA", "MQA", "MLA"])
+def test_the_recipes_first_steps_repeat_the_shipped_history(loaded, split, variant):
+    """Chapter 12 re-runs MHA's first 25 steps; here the other three variants' (no full run)."""
+    vocabulary, train_ids, validation_ids = split
+    check_steps = capstone.TRAINING["eval_every"]  # the first recorded loss after step 0
+    _, history = train_capstone_model(
+        variant, len(vocabulary), train_ids, validation_ids, steps=check_steps
+    )
+    recorded = loaded.histories[variant]
+    assert history.steps == recorded.steps[:2] == [0, check_steps]
+    for live, shipped in zip(
+        history.validation_losses, recorded.validation_losses[:2], strict=True
+    ):
+        assert abs(live - shipped) <= 1e-5, (variant, live, shipped)
+
+
+def test_exercise_3s_solution_finds_the_start_of_word_heads(loaded, split):
+    """The numbers of chapter 12's exercise 3 solution, on the shipped MHA model."""
+    vocabulary, _, validation_ids = split
+    block_size = capstone.MODEL["max_len"]
+    windows = validation_ids[: 16 * block_size].view(16, block_size)  # (B, T)
+    with torch.no_grad():
+        weights = loaded.models["MHA"].attention_weights(windows)  # (L, B, H, T, T)
+    space_id = vocabulary.encode(" ").item()
+    found = start_of_word_weight(weights, windows, space_id)  # (L, H)
+    steps = torch.arange(1, block_size + 1)[:, None]  # (T, 1): keys each query sees
+    uniform_weights = (causal_mask(block_size) / steps).expand_as(weights)
+    uniform = start_of_word_weight(uniform_weights, windows, space_id)  # (L, H)
+    torch.testing.assert_close(uniform, torch.full_like(uniform, uniform[0, 0].item()))
+    assert round(uniform[0, 0].item(), 2) == 0.05
+    assert [round(v, 2) for v in found[1, 1:3].tolist()] == [0.25, 0.23]
+    assert found[1].argmax().item() == 1 and (found[1, 1:3] / uniform[1, 1:3] > 4.5).all()
+    assert round(found[0, 0].item(), 2) == 0.17 and found[0, 0] / uniform[0, 0] < 4

@@ -127,3 +127,40 @@ def test_token_ids_that_are_not_integers_are_refused(dtype):
     model = TinyDecoder(16, d_model=16, n_heads=2, n_layers=1, max_len=8)
     with pytest.raises(ValueError, match=f"tokens: expected integer token ids, got dtype {dtype}"):
         model(torch.zeros(1, 3, dtype=dtype))
+
+
+def test_a_block_equals_torchs_pre_norm_encoder_layer_with_a_causal_mask():
+    """DecoderBlock against nn.TransformerEncoderLayer(norm_first=True), weights copied.
+
+    An independent reference for chapter 12's block: PyTorch's layer, given a causal mask, in
+    float64 with training-mode dropout off; a non-causal run must differ (the test can fail).
+    """
+    block = model().double().blocks[0]
+    with torch.no_grad():
+        for parameter in block.parameters():  # not LayerNorm's default ones and zeros
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    attention = block.attention
+    reference = torch.nn.TransformerEncoderLayer(
+        D_MODEL, N_HEADS, 4 * D_MODEL, 0.0, "gelu", batch_first=True, norm_first=True
+    ).double()
+    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    with torch.no_grad():
+        reference.self_attn.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+        reference.self_attn.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
+    for theirs, ours in [
+        (reference.self_attn.out_proj, attention.out_proj),
+        (reference.norm1, block.attention_norm),
+        (reference.linear1, block.mlp[0]),
+        (reference.linear2, block.mlp[2]),
+        (reference.norm2, block.mlp_norm),
+    ]:
+        theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 9, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(9, dtype=torch.float64)
+    with torch.no_grad():
+        ours = block(x)  # (B, T, D)
+        theirs = reference(x, src_mask=causal, is_causal=True)  # (B, T, D)
+        unmasked = reference(x)  # (B, T, D)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(ours[:, :-1], unmasked[:, :-1], atol=1e-6)
+    torch.testing.assert_close(ours[:, -1], unmasked[:, -1], rtol=1e-12, atol=1e-12)

@@ -37,6 +37,7 @@ from exercise_answers import (
     receptive_field,
     rope_halves,
     sink_window_mask,
+    start_of_word_weight,
     summary_mask,
     supported_orderings,
     weights_with_sink,
@@ -268,6 +269,30 @@ def no_rope(model):  # ch12: forgets MLA's rotary key
     if hasattr(attention, "kv_latent_dim"):
         return len(model.blocks) * attention.kv_latent_dim * 4
     return cache_bytes_per_token(model)
+
+
+def word_start_weight(weights, windows, space, *, shift=0, first=False, late=False, **how):
+    """ch12 exercise 3 with one mistake: the key before the word start (shift=-1), the first
+    space (first), spaces up to t - 2 only (late), queries with no space counted as 0 or as
+    key 0 (missing="zero"/"key0"), or each window averaged first (per_window)."""
+    means, total, count = [], 0, 0
+    for b, row in enumerate(windows.tolist()):
+        row_total, row_count, start = 0, 0, None
+        for t in range(len(row)):
+            after_space = t > 0 and row[t - 1] == space
+            if after_space and not late and not (first and start is not None):
+                start = t
+            if start is not None:
+                row_total, row_count = row_total + weights[:, b, :, t, start + shift], row_count + 1
+            elif how.get("missing") == "zero":
+                row_count += 1
+            elif how.get("missing") == "key0":
+                row_total, row_count = row_total + weights[:, b, :, t, 0], row_count + 1
+            if after_space and late:
+                start = t
+        means.append(row_total / row_count)
+        total, count = total + row_total, count + row_count
+    return torch.stack(means).mean(0) if how.get("per_window") else total / count
 
 
 def batch_gradient(model, inputs, targets, absolute=True):  # ch13: one gradient of the batch
@@ -504,6 +529,16 @@ WRONG_ANSWERS = {
             lambda m: cache_bytes_per_token(m) // len(m.blocks),
             "every layer keeps its own cache: add them all up",
         ),
+    ],
+    "check_start_of_word_weight": [
+        (lambda *a: word_start_weight(*a, shift=-1), "the weight on the space itself"),
+        (lambda *a: word_start_weight(*a, first=True), "the first space of the window"),
+        (lambda *a: word_start_weight(*a, late=True), "let s = t count"),
+        (lambda *a: word_start_weight(*a, missing="zero"), "instead of counting them as 0"),
+        (lambda *a: word_start_weight(*a, missing="key0"), "rather than reading key 0"),
+        (lambda *a: word_start_weight(*a, per_window=True), "not per window"),
+        (lambda *a: start_of_word_weight(*a).T, "should return shape (L, H) = (2, 3)"),
+        (lambda *a: start_of_word_weight(*a).mean().item(), "should return (L, H), got float"),
     ],
     "check_previous_share": [
         (

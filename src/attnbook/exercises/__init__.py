@@ -28,7 +28,7 @@ from attnbook.exercises.ch08 import check_preallocated_kv_cache
 from attnbook.exercises.ch09 import check_attention_backward, check_online_logsumexp
 from attnbook.exercises.ch10 import check_merge_partials
 from attnbook.exercises.ch11 import check_latent_scores
-from attnbook.exercises.ch12 import check_cache_bytes_per_token
+from attnbook.exercises.ch12 import check_cache_bytes_per_token, check_start_of_word_weight
 from attnbook.exercises.ch13 import (
     check_head_importance,
     check_previous_share,
@@ -67,6 +67,7 @@ __all__ = [
     "check_beam_blocks",
     "check_block_hashes",
     "check_cache_bytes_per_token",
+    "check_start_of_word_weight",
     "check_chunk_decays",
     "check_causal_tile_kind",
     "check_causal_flash",

@@ -1,12 +1,22 @@
 """Chapter 12's exercise checkers: KV cache bytes per token of a TinyDecoder of any attention
-variant.
+variant, and a head's mean weight on the first letter of the current word.
 """
 
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
-from attnbook.exercises._common import _call, _checker, _fail, _generator, _succeed
+from attnbook.core.masks import causal_mask
+from attnbook.exercises._common import (
+    _as_tensor,
+    _call,
+    _checker,
+    _close,
+    _fail,
+    _generator,
+    _succeed,
+)
 from attnbook.models.decoder import TinyDecoder
 
 # Chapter 12: KV cache bytes per token of a TinyDecoder of any attention variant.
@@ -73,3 +83,119 @@ def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
                 f"{_cache_hint(model, result, expected)}"
             )
     _succeed("your formula gives the bytes the caches hold, for every variant and dtype")
+
+
+# Chapter 12, exercise 3: a head's mean weight on the first letter of the current word.
+
+_SPACE = 4  # the space's id in the checker's windows
+_WINDOWS = [  # (B, T): spaces at 4, 7, 8 / at 0 and 4 / at 7 only; word starts and skips
+    [1, 2, 3, 1, 4, 2, 3, 4, 4, 1],
+    [4, 1, 2, 3, 4, 1, 2, 3, 1, 2],
+    [1, 1, 1, 1, 1, 1, 1, 4, 2, 3],
+]
+
+
+def _word_start(row: list[int], t: int, *, first: bool = False, strict: bool = False) -> int:
+    """The key s the exercise asks for at query t: the largest s, 1 <= s <= t, after a space.
+
+    -1 when there is none. ``first`` takes the smallest such s, ``strict`` leaves s = t out
+    (two mistakes the hints name).
+    """
+    last = t - 1 if strict else t
+    starts = [s for s in range(1, last + 1) if row[s - 1] == _SPACE]
+    if not starts:
+        return -1
+    return starts[0] if first else starts[-1]
+
+
+def _start_of_word_mean(
+    weights: Tensor,
+    *,
+    first: bool = False,
+    strict: bool = False,
+    offset: int = 0,
+    skipped: str = "skip",
+    per_window: bool = False,
+) -> Tensor:
+    """(L, H): the mean weight on the word start over (b, t), or one of the named mistakes.
+
+    ``offset=-1`` reads the space itself; ``skipped`` is what queries with no space before
+    them contribute ("skip", "zero" or "key0"); ``per_window`` averages each window first.
+    """
+    window_means = []
+    total, count = weights.new_zeros(weights.shape[0], weights.shape[2]), 0  # (L, H)
+    for b, row in enumerate(_WINDOWS):
+        row_total, row_count = torch.zeros_like(total), 0  # (L, H)
+        for t in range(len(row)):
+            s = _word_start(row, t, first=first, strict=strict)
+            if s < 0 and skipped == "skip":
+                continue
+            if s < 0 and skipped == "zero":
+                row_count += 1
+                continue
+            row_total += weights[:, b, :, t, max(s, 0) + (offset if s > 0 else 0)]
+            row_count += 1
+        window_means.append(row_total / row_count)
+        total, count = total + row_total, count + row_count
+    return torch.stack(window_means).mean(dim=0) if per_window else total / count
+
+
+_START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
+    (
+        {"offset": -1},
+        "that is the weight on the space itself; the word's first letter is the key just "
+        "after it (the s with windows[b, s - 1] == space)",
+    ),
+    (
+        {"first": True},
+        "that uses the first space of the window; take the most recent space before the query",
+    ),
+    (
+        {"strict": True},
+        "a query just after a space is itself its word's first letter: let s = t count "
+        "(1 <= s <= t)",
+    ),
+    (
+        {"skipped": "zero"},
+        "queries with no space before them have no word start: leave them out of the "
+        "average instead of counting them as 0",
+    ),
+    (
+        {"skipped": "key0"},
+        "queries with no space before them have no word start: skip them rather than reading key 0",
+    ),
+    (
+        {"per_window": True},
+        "average over all (window, query) pairs together, not per window and then over "
+        "windows: windows hold different numbers of such queries",
+    ),
+]
+
+
+@_checker
+def check_start_of_word_weight(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
+    """``fn(weights (L, B, H, T, T), windows (B, T), space_id)`` -> (L, H) mean weights.
+
+    The mean, over every window b and query t with a space before it, of the weight on key s,
+    the largest s with 1 <= s <= t and ``windows[b, s - 1] == space_id``.
+    """
+    windows = torch.tensor(_WINDOWS)  # (B, T)
+    n_batch, n_tokens = windows.shape
+    scores = torch.randn(2, n_batch, 3, n_tokens, n_tokens, generator=_generator(0))
+    # (L, B, H, T, T): causal attention weights of 2 layers of 3 heads
+    weights = scores.masked_fill(~causal_mask(n_tokens), float("-inf")).softmax(dim=-1)
+    expected = _start_of_word_mean(weights)  # (L, H)
+    call = "start_of_word_weight(weights (2, 3, 3, 10, 10), windows (3, 10), space_id=4)"
+    result = _as_tensor(_call(fn, call, weights.clone(), windows.clone(), _SPACE), call, "(L, H)")
+    if tuple(result.shape) != (2, 3):
+        _fail(f"{call} should return shape (L, H) = (2, 3), got {tuple(result.shape)}")
+    if _close(result, expected, atol=1e-6):
+        _succeed("each head's mean weight on the first letter of the current word")
+        return
+    for keywords, hint in _START_MISTAKES:
+        if _close(result, _start_of_word_mean(weights, **keywords), atol=1e-6):
+            _fail(f"{call}: {hint}")
+    _fail(
+        f"{call} returned {result.flatten().tolist()}, expected "
+        f"{[round(value, 4) for value in expected.flatten().tolist()]}"
+    )
