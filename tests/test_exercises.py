@@ -73,6 +73,13 @@ def expect_success(checker, fn, capsys):
 # Wrong answers that need more than a lambda, chapter by chapter.
 
 
+def wrong_extra_alibi_slopes(n):  # ch07: the extra slopes from slots 1, 3, ... of 2n'
+    power = 2 ** math.floor(math.log2(n))
+    if power == n:
+        return alibi_slopes(n)
+    return torch.cat([alibi_slopes(power), alibi_slopes(2 * power)[1::2][: n - power]])
+
+
 def band(T, width):  # ch00: the window on both sides of the diagonal
     return window_mask(T, width) | window_mask(T, width).T
 
@@ -469,6 +476,8 @@ WRONG_ANSWERS = {
         (lambda n: [2 ** (-8 * h / n) for h in range(n)], "the first slope is 2^(-8/n)"),
         (lambda n: alibi_slopes(n)[:-1], "alibi_slopes(8) should return one slope per head, 8"),
         (lambda n: alibi_slopes(n).flip(0), "for n a power of two the slopes are 2^(-8/n)"),
+        (wrong_extra_alibi_slopes, "then the 1st, 3rd, 5th, ... slopes of 2n' heads"),
+        (lambda n: alibi_slopes(n).sort().values, "for n a power of two the slopes are"),
     ],
     "check_rope_halves": [
         (lambda x, p: apply_rope(x, p, layout="adjacent"), "rotates adjacent pairs (2i, 2i + 1)"),

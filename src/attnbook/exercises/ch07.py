@@ -31,6 +31,12 @@ def _alibi_hint(n_heads: int, values: Tensor) -> str:
         )
     if _close(values[:1], torch.ones(1), atol=1e-9):
         return "the first slope is 2^(-8/n) (1/2 for 8 heads), not 1"
+    if n_heads & (n_heads - 1):
+        return (
+            "for n not a power of two: first the n' slopes of the largest power of two n' "
+            "below n, in their order, then the 1st, 3rd, 5th, ... slopes of 2n' heads "
+            "(slots 0, 2, 4, ...) until there are n"
+        )
     return "for n a power of two the slopes are 2^(-8/n), 2^(-16/n), ..., 2^(-8)"
 
 
