@@ -12,7 +12,7 @@ def test_quick_run_reports_every_method_and_the_break_even():
     assert all(seconds > 0 for seconds in results["seconds"].values())
     text = sparse.format_results(results, quick=True)
     assert "explicit" in text and "sdpa" in text and "topk" in text
-    assert "k * d_head = 256 < T = 256" in text
+    assert "k * (d_head + 1) = 272 < T = 256" in text
 
 
 def test_random_indices_are_causal_distinct_and_padded():

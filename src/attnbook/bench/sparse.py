@@ -4,9 +4,10 @@ At T = 4096 with k = T / 16 keys per query (each query's keys drawn at random am
 ones, -1 where it has fewer than k), the table reports median time and peak extra memory of:
 explicit causal attention (:func:`attnbook.scaled_dot_product_attention`), PyTorch's fused
 SDPA (``is_causal``), and :func:`attnbook.topk_attention`. The gathered version materialises
-every query's keys and values, (B, H, T, k, d_head) each: it needs less memory than the explicit
-(B, H, T, T) scores only when k * d_head < T, and its per-query gather is slow on a CPU next to
-SDPA's dense, vectorised tiles. A sparse kernel that gathers tile by tile (as DeepSeek's) keeps
+every query's keys and values, (B, H, T, k, d_head) each: with its (B, H, T, k) scores and
+weights, it needs less memory than the explicit (B, H, T, T) scores and weights only when
+k * (d_head + 1) < T, and its per-query gather is slow on a CPU next to SDPA's dense, vectorised
+tiles. A sparse kernel that gathers tile by tile (as DeepSeek's) keeps
 the memory and reads k keys per query instead of T; this table shows what the plain PyTorch
 version costs, which is the honest starting point.
 """
@@ -62,8 +63,8 @@ def format_results(results: dict, quick: bool = False) -> str:
         *_table(["method", "ms", "MiB"], rows),
         f"gathered top-k is {ratio:.1f}x SDPA's time ({verdict}); it reads {top_k} keys per "
         f"query instead of up to {size['length']}, but materialises T * k * d_head keys and "
-        f"values (less than T * T scores only when k * d_head = {top_k * size['head_dim']} "
-        f"< T = {size['length']})",
+        f"values (with scores and weights, less than the explicit T * T scores and weights only "
+        f"when k * (d_head + 1) = {top_k * (size['head_dim'] + 1)} < T = {size['length']})",
     ]
     return "\n".join(lines)
 
