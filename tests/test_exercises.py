@@ -729,6 +729,10 @@ WRONG_ANSWERS = {
             "one per *full* block",
         ),
         (lambda t, b: [hash(tuple(t))] * (len(t) // b), "so hash 0 should match"),
+        (
+            lambda t, b: [sum(t[: i + b]) for i in range(0, len(t) - b + 1, b)],
+            "and on their order",
+        ),
     ],
     "check_delta_rule_step": [
         (lambda S, k, v, a, b: a * S + b * torch.outer(k, v), "linear attention's write"),

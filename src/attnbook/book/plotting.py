@@ -260,6 +260,7 @@ def plot_heads(
 # a batching schedule's cells: finished (or never decoded), waiting, decoding, padding
 SCHEDULE_COLORS = ("#ffffff", "#F0E442", "#0072B2", "#999999")
 SCHEDULE_STATES = ("waiting", "decoding (token kept)", "padding (request already done)")
+SHARE_COLORS = ("#D55E00", "#000000", "#CC79A7", "#009E73")  # none is a cell state's colour
 
 
 def _schedule_grid(schedule: Sequence[dict[int, bool]], n_requests: int) -> np.ndarray:
@@ -344,11 +345,15 @@ def plot_schedule(
         plt.Rectangle((0, 0), 1, 1, facecolor=color, edgecolor="black", linewidth=0.5)
         for color in SCHEDULE_COLORS[1:]
     ]
-    axes[0].legend(handles, SCHEDULE_STATES, loc="upper right", fontsize=8)
+    # outside the panel, so that it covers no request's row
+    axes[0].legend(
+        handles, SCHEDULE_STATES, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8
+    )
     useful = axes[-1]
-    for name, schedule in schedules.items():
+    for i, (name, schedule) in enumerate(schedules.items()):
         share = [sum(rows.values()) / max_batch for rows in schedule]
-        useful.step(range(len(schedule)), share, where="mid", label=name)
+        color = SHARE_COLORS[i % len(SHARE_COLORS)]
+        useful.step(range(len(schedule)), share, where="mid", label=name, color=color)
     useful.set(
         ylim=(0, 1.05),
         xlabel="batched decoding step",

@@ -110,6 +110,7 @@ def check_block_hashes(block_hashes: Callable[[list[int], int], list]) -> None:
         "block 0 equal to block 1": [5, 9, 2, 6] + base[4:],
         "two tokens more": base + [1, 2],
         "one token fewer": base[:-1],
+        "tokens 0 and 1 swapped": [1, 5, 4, 1] + base[4:],
     }
     block_size = 4
     reference = _call(block_hashes, f"block_hashes({base}, 4)", base, block_size)
@@ -131,7 +132,8 @@ def check_block_hashes(block_hashes: Callable[[list[int], int], list]) -> None:
                 _fail(
                     f"{what}: the first {(i + 1) * block_size} tokens {relation} with {base}, "
                     f"so hash {i} should {'match' if same_prefix else 'differ'}; a block's "
-                    "keys depend on every token before it, so its hash must cover them too"
+                    "keys depend on every token before it, and on their order, so its hash must "
+                    "cover them too"
                 )
     prefix_hashes = _call(block_hashes, "block_hashes(tokens, 4)", [5, 9, 2, 6, 5, 9, 2, 6], 4)
     if prefix_hashes[0] == prefix_hashes[1]:

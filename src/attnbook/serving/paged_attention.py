@@ -42,6 +42,7 @@ def paged_attention(
     record("v pages", values, "B H_kv S d_head", "values gathered through the block tables")
     key_positions = positions.new_tensor(range(keys.size(2)))  # (S,)
     visible = key_positions[None, None, :] <= positions[:, :, None]  # (B, T, S)
-    record("visible", visible, "B T S", "slot s holds position s: visible up to the query's")
+    meaning = "slot s holds position s: visible up to the query's position"
+    record("visible", visible, "B T S", meaning)
     heads, _ = attend(q, keys, values, visible[:, None])  # (B, H, T, d_head)
     return heads
