@@ -773,6 +773,7 @@ WRONG_ANSWERS = {
             lambda P, d, g: torch.randn(P, d, generator=g) / torch.randn(P, d).norm(dim=0),
             "must have length 1",
         ),
+        (lambda P, d, g: torch.eye(d, dtype=torch.float64)[:P], "the keys must be random"),
     ],
     "check_moba_choice": [
         (lambda q, k, b, n: moba_choice(q, k, b, n, causal=False), "later in its own block"),

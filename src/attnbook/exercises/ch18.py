@@ -157,6 +157,15 @@ def check_orthonormal_keys(fn: Callable[[int, int, torch.Generator], Tensor]) ->
                 f"{overlaps.abs().max().item():.3f}); orthogonalise them, e.g. with "
                 "torch.linalg.qr of a (d_k, P) random matrix"
             )
+    call = "orthonormal_keys(P=4, d_k=8, generator)"
+    first = _as_tensor(_call(fn, call, 4, 8, _generator(10)), call, "a tensor")
+    second = _as_tensor(_call(fn, call, 4, 8, _generator(11)), call, "a tensor")
+    if _close(first.double(), second.double(), atol=1e-9):
+        _fail(
+            f"{call}: two different generators gave the same keys; the keys must be "
+            "random, drawn with the generator (fixed ones such as torch.eye(d_k)[:P] "
+            "are orthonormal but always the same)"
+        )
     _succeed(
         "P orthonormal keys: each delta-rule write erases only along its own key, so "
         "every one of up to d_k pairs is read back exactly"
