@@ -538,6 +538,10 @@ WRONG_ANSWERS = {
             lambda m: cache_bytes_per_token(m) // len(m.blocks),
             "every layer keeps its own cache: add them all up",
         ),
+        (
+            lambda m: cache_bytes_per_token(m) // next(m.parameters()).element_size(),
+            "counts numbers, not bytes",
+        ),
     ],
     "check_start_of_word_weight": [
         (lambda *a: word_start_weight(*a, shift=-1), "the weight on the space itself"),

@@ -49,6 +49,12 @@ def _cache_hint(model: TinyDecoder, result: int, expected: int) -> str:
     attention = model.blocks[0].attention
     if next(model.parameters()).dtype == torch.float64 and 2 * result == expected:
         return "take the bytes per number from the parameters' dtype (8 for float64), not 4"
+    bytes_per_number = next(model.parameters()).element_size()
+    if result * bytes_per_number == expected:
+        return (
+            "that counts numbers, not bytes: multiply by the bytes per number, "
+            f"the parameters' element_size() ({bytes_per_number} here)"
+        )
     if model.variant == "mla":
         if attention.rope_dim and result * (attention.kv_latent_dim + attention.rope_dim) == (
             expected * attention.kv_latent_dim
