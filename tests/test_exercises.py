@@ -737,6 +737,10 @@ WRONG_ANSWERS = {
             lambda t, b: [sum(t[: i + b]) for i in range(0, len(t) - b + 1, b)],
             "and on their order",
         ),
+        (  # block i's hash leaves out its last token
+            lambda t, b: [hash(tuple(t[: i + b - 1])) for i in range(0, len(t) - b + 1, b)],
+            "hash 1 should differ",
+        ),
     ],
     "check_delta_rule_step": [
         (lambda S, k, v, a, b: a * S + b * torch.outer(k, v), "linear attention's write"),

@@ -111,6 +111,7 @@ def check_block_hashes(block_hashes: Callable[[list[int], int], list]) -> None:
         "two tokens more": base + [1, 2],
         "one token fewer": base[:-1],
         "tokens 0 and 1 swapped": [1, 5, 4, 1] + base[4:],
+        "block 1's last token changed": base[:7] + [0] + base[8:],
     }
     block_size = 4
     reference = _call(block_hashes, f"block_hashes({base}, 4)", base, block_size)
