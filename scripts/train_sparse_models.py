@@ -23,10 +23,13 @@ shipped in float16. One CPU thread.
 call for: the shipped dense weights trained ``STEPS["sparse"]`` more steps exactly as the sparse
 stage is (lr 1e-3, data seed + 200, a fresh AdamW), with the language loss only. It stores the
 curve (``curves["dense_control"]``) and the final accuracy (``summary["dense_plus_sparse_steps"]``),
-not the weights; the weights file and its sha256 stay as they are.
+not the weights; the weights file and its sha256 stay as they are. ``--moba-from-dense`` does the
+same with MoBA attention over the same dense weights (MoBA's recipe: continue a dense model), so
+MoBA gets the indexer's warm start (``curves["moba_from_dense"]``, ``summary["moba_from_dense"]``).
 
     python scripts/train_sparse_models.py                                  # writes data/
     python scripts/train_sparse_models.py --dense-control                  # adds the control
+    python scripts/train_sparse_models.py --moba-from-dense                # adds MoBA's
     python scripts/train_sparse_models.py --scale 0.05 --output /tmp/sparse  # a smoke run
 """
 
@@ -61,6 +64,11 @@ SEEDS = (0, 1)
 STEPS = {"dense": 250, "warmup": 300, "sparse": 80}
 TRAINING = {"batch_size": 32, "lr": 3e-3, "indexer_lr": 1e-3, "weight_decay": 0.0}
 EVERY = {"dense": 50, "warmup": 25, "sparse": 20}
+# kind -> (the option, curve and manifest key; the summary key) of each control run
+CONTROLS = {
+    "dense": ("dense_control", "dense_plus_sparse_steps"),
+    "moba": ("moba_from_dense", "moba_from_dense"),
+}
 
 
 def random_periods(batch: int, generator: torch.Generator) -> torch.Tensor:
@@ -189,8 +197,13 @@ def run_seed(seed: int, scale: float, evaluation) -> tuple[dict, dict, dict]:
     return {"curves": curves, "summary": summary, "seconds": seconds}, weights, steps
 
 
-def add_dense_control(directory: Path) -> None:
-    """Train each seed's shipped dense model as the sparse stage trains; add it to the manifest."""
+def add_control(directory: Path, kind: str) -> None:
+    """Train each seed's shipped dense weights as the sparse stage trains; add it to the manifest.
+
+    ``kind`` "dense" keeps dense attention (``dense_control``); "moba" loads the same weights
+    into the MoBA model (``moba_from_dense``), MoBA's own recipe of continuing a dense model.
+    """
+    name, key = CONTROLS[kind]
     manifest_path = directory / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     data = (directory / WEIGHTS).read_bytes()
@@ -200,9 +213,12 @@ def add_dense_control(directory: Path) -> None:
     steps, every = manifest["steps"]["sparse"], manifest["evaluation"]["every"]["sparse"]
     for seed in manifest["seeds"]:
         torch.manual_seed(seed)
-        model = build_sparse_model("dense")
-        dense = states[f"dense/seed{seed}"]
-        model.load_state_dict({key: value.float() for key, value in dense.items()})
+        model = build_sparse_model(kind)
+        dense = {k: v.float() for k, v in states[f"dense/seed{seed}"].items()}
+        if kind == "dense":
+            model.load_state_dict(dense)
+        else:
+            load_dense_weights(model, dense)
         curve = train(
             model,
             steps,
@@ -212,13 +228,14 @@ def add_dense_control(directory: Path) -> None:
             every,
         )
         run = manifest["runs"][f"seed{seed}"]
-        run["curves"]["dense_control"] = curve
-        run["summary"]["dense_plus_sparse_steps"] = curve["metrics"][-1]
-        print(f"seed {seed}: dense + {steps} steps {curve['metrics'][-1]}", flush=True)
-    manifest["dense_control"] = (
-        f"the shipped (float16) dense weights trained {steps} more steps as the sparse stage "
-        "(lr 1e-3, data seed + 200, fresh AdamW, language loss only), added by "
-        "`python scripts/train_sparse_models.py --dense-control`; weights not shipped"
+        run["curves"][name] = curve
+        run["summary"][key] = curve["metrics"][-1]
+        print(f"seed {seed}: {kind} from dense + {steps} steps {curve['metrics'][-1]}", flush=True)
+    option = name.replace("_", "-")
+    manifest[name] = (
+        f"the shipped (float16) dense weights trained {steps} more steps with {kind} attention "
+        "as the sparse stage (lr 1e-3, data seed + 200, fresh AdamW, language loss only), added "
+        f"by `python scripts/train_sparse_models.py --{option}`; weights not shipped"
     )
     if sha256_of(data) != manifest["sha256"]:
         raise RuntimeError("the weights changed while the control ran")
@@ -234,10 +251,15 @@ def main() -> None:
         action="store_true",
         help="add the dense + sparse-stage-steps control to the manifest in --output",
     )
+    parser.add_argument(
+        "--moba-from-dense",
+        action="store_true",
+        help="add MoBA trained sparse-stage steps from the dense weights to the manifest",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.dense_control:
-        add_dense_control(args.output)
+    if args.dense_control or args.moba_from_dense:
+        add_control(args.output, "dense" if args.dense_control else "moba")
         return
     start = time.perf_counter()
     evaluation = evaluation_batch()

@@ -402,6 +402,11 @@ def recall_without_topk(c, t, k):  # ch19: the k smallest scores
     return (t.argsort(-1)[:, :k, None] == c[:, None]).any(-1).double().mean(-1)[k:]
 
 
+def recall_as_precision(c, t, k):  # ch19: hits over the picks made, not over k
+    hits = (t.topk(k, -1).indices[:, :, None] == c[:, None]).any(-1).double().sum(-1)
+    return (hits / (c >= 0).sum(-1).clamp(min=1))[k:]
+
+
 WRONG_ANSWERS = {
     "check_window_mask": [
         (band, "row 0 may attend to key 1, which is in its future"),
@@ -793,6 +798,7 @@ WRONG_ANSWERS = {
         (recall_of_every_query, "should return one recall per query"),
         (lambda c, t, k: recall(c, t, k) * k, "a recall is a share"),
         (recall_without_topk, "compare the chosen ids"),
+        (recall_as_precision, "that is precision"),
     ],
     "check_summary_mask": [
         (lambda T, b: summary_mask(T, b, first_key=True), "in its future"),

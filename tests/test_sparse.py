@@ -345,6 +345,20 @@ def test_dense_weights_load_into_the_indexer_model_whole():
         load_dense_weights(indexed, state)
 
 
+def test_dense_weights_load_into_the_moba_model_whole():
+    # MoBA from dense weights (scripts/train_sparse_models.py --moba-from-dense): with every
+    # block chosen it must score exactly what the dense model scores
+    torch.manual_seed(0)
+    dense = build_sparse_model("dense").eval()
+    moba = build_sparse_model("moba").eval()
+    load_dense_weights(moba, dense.state_dict())
+    tokens = torch.randint(0, 65, (3, 33))
+    assert not torch.allclose(moba(tokens), dense(tokens))  # top 2 blocks of 2
+    for block in moba.blocks:
+        block.attention.inner.top_k = 17
+    torch.testing.assert_close(moba(tokens), dense(tokens))
+
+
 def test_the_moba_layer_equals_moba_attention():
     torch.manual_seed(0)
     layer = MoBASelfAttention(16, 4, block_size=3, top_k=2).double()
@@ -446,3 +460,18 @@ def split(module, x):
     return tuple(
         split_heads(p(x), module.n_heads) for p in (module.q_proj, module.k_proj, module.v_proj)
     )
+
+
+def test_the_shipped_manifest_holds_both_controls_for_every_seed():
+    import json
+    from pathlib import Path
+
+    manifest = json.loads((Path(__file__).parent.parent / "data/sparse_models.json").read_text())
+    for seed in manifest["seeds"]:
+        run = manifest["runs"][f"seed{seed}"]
+        for curve, summary in [
+            ("dense_control", "dense_plus_sparse_steps"),
+            ("moba_from_dense",) * 2,
+        ]:
+            assert run["curves"][curve]["steps"][-1] == manifest["steps"]["sparse"]
+            assert run["curves"][curve]["metrics"][-1] == run["summary"][summary]

@@ -95,6 +95,7 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
     target = (target * causal) / (target * causal).sum(-1, keepdim=True)  # (T, S)
     noisy = target + 0.2 * torch.rand(length, length, generator=generator, dtype=torch.float64)
     chosen = topk_tokens(noisy.masked_fill(~causal, float("-inf"))[None], top_k)[0]  # (T, k)
+    chosen[-1, 0] = -1  # an empty slot: it misses a key, so it counts in the denominator
     call = f"recall(chosen ({length}, {top_k}), target ({length}, {length}), {top_k})"
     result = _as_tensor(_call(fn, call, chosen.clone(), target.clone(), top_k), call, "a tensor")
     expected = topk_recall(chosen[None], target[None], top_k)  # (n,)
@@ -109,6 +110,13 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
         return
     if (result > 1).any() or (result < 0).any():
         _fail(f"{call}: a recall is a share, between 0 and 1")
+    hits = expected * top_k  # (n,)
+    picks = (chosen[top_k:] >= 0).sum(-1).double()  # (n,): picks that are not -1
+    if _close(result.double(), hits / picks, atol=1e-9):
+        _fail(
+            f"{call}: that is precision (hits / picks made); recall divides by k = {top_k}, "
+            "so an empty slot (-1) counts as a missed key"
+        )
     _fail(
         f"{call}: recall of query t = |chosen(t) & dense top k(t)| / k; compare the chosen ids "
         "with target[t].topk(k).indices (a -1 is never a hit)"

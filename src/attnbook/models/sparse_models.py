@@ -89,7 +89,7 @@ def build_sparse_model(kind: str) -> TinyDecoder:
 
 
 def load_dense_weights(model: TinyDecoder, dense_state: dict[str, Tensor]) -> None:
-    """Load a dense model's ``state_dict`` into an ``indexer`` model, every weight accounted for.
+    """Load a dense model's ``state_dict`` into an ``indexer`` or ``moba`` model, whole.
 
     The indexer model wraps each attention layer (``blocks.N.attention.inner.q_proj``, not
     ``blocks.N.attention.q_proj``), so the keys are renamed first; only the indexers, which a

@@ -39,8 +39,8 @@ def key_selection(*, n_tokens: int = 16, block_size: int = 4) -> Figure:
     sliding = set(range(n_tokens - block_size, n_tokens))
     rows = [
         ("MoBA", moba, BLUE, "own block + top blocks by q . mean key"),
-        ("indexer", indexer, ORANGE, "top-k tokens by index score I(t, s)"),
-        ("NSA selected", moba, GREEN, "top blocks by compressed weights"),
+        ("indexer", indexer, ORANGE, f"top-k tokens by I(t, s), k = {len(indexer)}"),
+        ("NSA selected", moba, GREEN, "top blocks by compressed weights (drawn as MoBA's)"),
         ("NSA sliding", sliding, PINK, "the last w tokens"),
     ]
     width, gap = 0.55, 0.08
