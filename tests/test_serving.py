@@ -103,6 +103,12 @@ def test_serve_with_rope_gqa_and_a_tight_pool_preempts_and_still_matches():
     assert engine.run(prompts, counts) == alone(model, prompts, counts)
     assert engine.stats.preemptions > 0
     assert engine.cache.n_used_blocks == 0
+    # a preempted request's pending token, if a decode step chose it, is marked not kept
+    rows = [flag for step in engine.stats.schedule for flag in step.values()]
+    dropped = rows.count(False)
+    assert 0 < dropped <= engine.stats.preemptions
+    # every output token came from a kept decode row or from a prefill whose token survived
+    assert sum(counts) - rows.count(True) == len(prompts) + dropped
 
 
 def test_static_batching_gives_the_same_tokens_in_more_steps_and_records_its_padding():

@@ -257,14 +257,19 @@ def plot_heads(
     return fig
 
 
-# a batching schedule's cells: finished (or never decoded), waiting, decoding, padding
+# a batching schedule's cells: finished (or never decoded), waiting, decoding, wasted
+# (a padding row, or a token dropped when its request was preempted)
 SCHEDULE_COLORS = ("#ffffff", "#F0E442", "#0072B2", "#999999")
-SCHEDULE_STATES = ("waiting", "decoding (token kept)", "padding (request already done)")
+SCHEDULE_STATES = (
+    "waiting",
+    "decoding (token kept)",
+    "not kept (padding, or dropped at preemption)",
+)
 SHARE_COLORS = ("#D55E00", "#000000", "#CC79A7", "#009E73")  # none is a cell state's colour
 
 
 def _schedule_grid(schedule: Sequence[dict[int, bool]], n_requests: int) -> np.ndarray:
-    """(requests, steps) codes: 0 finished, 1 waiting, 2 decoding, 3 padding."""
+    """(requests, steps) codes: 0 finished, 1 waiting, 2 decoding, 3 not kept."""
     grid = np.zeros((n_requests, len(schedule)), dtype=np.int8)
     for step, rows in enumerate(schedule):
         for request, kept in rows.items():

@@ -33,6 +33,7 @@ class Request:
     n_prompt: int
     max_new: int
     n_cached: int = 0  # positions whose keys and values are in the cache
+    pending_step: int | None = None  # the decode step that chose its last token, if one did
 
     @property
     def n_generated(self) -> int:
@@ -48,8 +49,9 @@ class ServeStats:
     """What a run did: batched decode steps, prompt tokens computed and reused, blocks, etc.
 
     ``schedule`` has one entry per batched decoding step: the requests (by index) with a row in
-    it, in row order, each mapped to whether its row's token is kept (``False`` only for a
-    static batch's padding rows, requests already done).
+    it, in row order, each mapped to whether its row's token is kept (``False`` for a static
+    batch's padding rows, requests already done, and for a token dropped when its request was
+    preempted before it was written: the next prefill chooses it again).
     """
 
     steps: int = 0
@@ -219,6 +221,7 @@ class ServingEngine:
             self.prefixes.register(block_hashes(tokens, size), cache.block_tables[request.seq_id])
         request.n_cached = len(tokens)
         tokens.append(int(logits[0, -1].argmax()))
+        request.pending_step = None  # this token came from the prefill
         self.stats.prefill_tokens += len(tokens) - 1 - start
         self.stats.shared_tokens += start
         self._note_blocks()
@@ -229,6 +232,8 @@ class ServingEngine:
         self.prefixes.forget(self.cache.free(request.seq_id))
         request.n_cached = 0
         request.tokens.pop()  # its pending token is chosen again by the next prefill
+        if request.pending_step is not None:  # that decode step's work is lost
+            self.stats.schedule[request.pending_step][request.seq_id] = False
         waiting.appendleft(request)
         self.stats.preemptions += 1
 
@@ -253,6 +258,7 @@ class ServingEngine:
         for request, token in zip(rows, logits[:, -1].argmax(-1).tolist(), strict=True):
             request.n_cached += 1
             request.tokens.append(token)
+            request.pending_step = len(self.stats.schedule) - 1
         self.stats.steps += 1
         self.stats.batch_sizes.append(len(rows))
         self._note_blocks()
