@@ -20,7 +20,9 @@ from attnbook.core.device import get_device
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.lm_training import TrainingHistory, train_language_model
 from attnbook.models.shipped import (
+    check_config,
     check_sha256,
+    load_weights,
     manifest_fields,
     read_manifest,
     read_shipped,
@@ -145,12 +147,7 @@ def _read_shipped(name: str) -> bytes:
 def _check_config(manifest: dict) -> None:
     recorded = manifest["config"]
     expected = capstone_config(recorded["model"]["vocab_size"])
-    if recorded != expected:
-        differing = sorted(key for key in expected if recorded.get(key) != expected[key])
-        raise ValueError(
-            f"data/{MANIFEST}: its config differs from attnbook.models.capstone's settings in "
-            f"{differing}: the models were trained with other settings; re-run `{RETRAIN}`"
-        )
+    check_config(MANIFEST, recorded, expected, "attnbook.models.capstone's", RETRAIN)
 
 
 def load_capstone_models(device: torch.device | str | None = None) -> CapstoneModels:
@@ -181,12 +178,6 @@ def load_capstone_models(device: torch.device | str | None = None) -> CapstoneMo
     models = {}
     for name in VARIANTS:
         model = build_capstone_model(name, vocab_size)
-        try:
-            model.load_state_dict(states[name])
-        except (KeyError, RuntimeError) as error:
-            raise ValueError(
-                f"data/{WEIGHTS}: the {name} weights do not fit its model: re-run `{RETRAIN}` "
-                f"({error!r})"
-            ) from error
+        load_weights(model, states, name, WEIGHTS, RETRAIN)
         models[name] = model.to(device).eval()
     return CapstoneModels(models, histories, manifest)

@@ -21,7 +21,9 @@ from attnbook.core.device import get_device
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.lm_training import TrainingHistory, train_language_model
 from attnbook.models.shipped import (
+    check_config,
     check_sha256,
+    load_weights,
     manifest_fields,
     read_manifest,
     read_shipped,
@@ -122,13 +124,7 @@ def _read_shipped(name: str) -> bytes:
 def _check_config(manifest: dict) -> None:
     recorded = manifest["config"]
     expected = position_models_config(recorded["model"]["vocab_size"])
-    if recorded != expected:
-        differing = sorted(key for key in expected if recorded.get(key) != expected[key])
-        raise ValueError(
-            f"data/{MANIFEST}: its config differs from attnbook.models.position_models' "
-            f"settings in {differing}: the models were trained with other settings; re-run "
-            f"`{RETRAIN}`"
-        )
+    check_config(MANIFEST, recorded, expected, "attnbook.models.position_models'", RETRAIN)
 
 
 def load_position_models(device: torch.device | str | None = None) -> PositionModels:
@@ -160,13 +156,6 @@ def load_position_models(device: torch.device | str | None = None) -> PositionMo
     models = {}
     for key in keys:
         model = build_position_model(*key, vocab_size)
-        try:
-            state = {name: value.float() for name, value in states[model_key(*key)].items()}
-            model.load_state_dict(state)
-        except (KeyError, RuntimeError, AttributeError) as error:
-            raise ValueError(
-                f"data/{WEIGHTS}: the {model_key(*key)} weights do not fit its model: re-run "
-                f"`{RETRAIN}` ({error!r})"
-            ) from error
+        load_weights(model, states, model_key(*key), WEIGHTS, RETRAIN)  # float16 -> float32
         models[key] = model.to(device).eval()
     return PositionModels(models, histories, manifest)

@@ -87,6 +87,32 @@ def check_sha256(name: str, data: bytes, expected: str, regenerate: str) -> None
         )
 
 
+def check_config(name: str, recorded: dict, expected: dict, owner: str, regenerate: str) -> None:
+    """Raise ``ValueError`` (naming the differing keys) unless a manifest's config is ``expected``.
+
+    ``owner`` names whose settings ``expected`` holds, e.g. "attnbook.models.capstone's".
+    """
+    if recorded != expected:
+        differing = sorted(key for key in expected if recorded.get(key) != expected[key])
+        raise ValueError(
+            f"data/{name}: its config differs from {owner} settings in {differing}: the models "
+            f"were trained with other settings; re-run `{regenerate}`"
+        )
+
+
+def load_weights(
+    model: torch.nn.Module, states: dict, key: str, name: str, regenerate: str
+) -> None:
+    """Load ``states[key]`` into ``model``; a missing or misfitting one raises ``ValueError``."""
+    try:
+        model.load_state_dict(states[key])
+    except (KeyError, RuntimeError, AttributeError) as error:
+        raise ValueError(
+            f"data/{name}: the {key} weights do not fit its model: re-run `{regenerate}` "
+            f"({error!r})"
+        ) from error
+
+
 def read_state_dict(data: bytes) -> dict:
     """A state dict (or a dict of them) from ``torch.save``'d bytes, tensors on the CPU."""
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
