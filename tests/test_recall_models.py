@@ -11,6 +11,7 @@ import torch
 from attnbook.models.recall import (
     EVAL_PAIRS,
     MANIFEST,
+    ShortConvAttention,
     accuracy_by_pairs,
     build_recall_model,
     load_recall_models,
@@ -82,3 +83,17 @@ def test_the_short_chunks_give_the_default_chunks_numbers():
     for block in model.blocks:
         block.attention.chunk_size = 64
     torch.testing.assert_close(short, model(tokens), rtol=0, atol=1e-10)
+
+
+def test_the_softmax_layers_convolve_causally_and_refuse_a_cache():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16, "positions": "none"}
+    model = build_recall_model(config, "A").double()
+    assert isinstance(model.blocks[0].attention, ShortConvAttention)
+    tokens = torch.randint(0, 64, (2, 12))
+    changed = tokens.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % 64
+    torch.testing.assert_close(model(tokens)[:, :8], model(changed)[:, :8], rtol=0, atol=0)
+    assert not torch.allclose(model(tokens)[:, 8], model(changed)[:, 8])
+    with pytest.raises(ValueError, match="cache"):
+        model.new_caches()

@@ -16,7 +16,8 @@ docstring says why.
 """
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn import functional as F
 
 from attnbook.core._checks import check_int
 from attnbook.core.device import get_device
@@ -58,15 +59,48 @@ def mqar_batch(batch_size: int, n_pairs: int, generator: torch.Generator) -> tup
     return tokens, targets
 
 
+class ShortConvAttention(nn.Module):
+    """Softmax attention on a short causal convolution of its input: ``attention(conv(x))``.
+
+    The depthwise convolution mixes each of the D channels with its ``conv_kernel - 1``
+    predecessors, as :class:`attnbook.GatedDeltaNet`'s does on q, k and v, so that a value's
+    token can see the key just before it: every recall model then starts from the same
+    previous-token step, and what differs between them is the memory alone. Called like the
+    wrapped ``attention``; whole sequences only (``cache`` must be None).
+    """
+
+    def __init__(self, attention: nn.Module, conv_kernel: int = 4) -> None:
+        super().__init__()
+        check_int("conv_kernel", conv_kernel)
+        self.attention = attention
+        self.d_model, self.n_heads = attention.d_model, attention.n_heads
+        self.head_dim, self.conv_kernel = attention.head_dim, conv_kernel
+        # depthwise: each of the D channels mixes only its own last conv_kernel values
+        self.conv = nn.Conv1d(self.d_model, self.d_model, conv_kernel, groups=self.d_model)
+
+    def new_cache(self):
+        raise ValueError("cache: the recall models run whole sequences only")
+
+    def forward(self, x: Tensor, *, cache=None, **options) -> tuple[Tensor, Tensor | None]:
+        if cache is not None:
+            self.new_cache()
+        padded = F.pad(x.transpose(1, 2), (self.conv_kernel - 1, 0))  # (B, D, K - 1 + T)
+        convolved = self.conv(padded).transpose(1, 2)  # (B, T, D)
+        return self.attention(convolved, **options)
+
+
 def build_recall_model(config: dict, layer_pattern: str) -> TinyDecoder:
     """A TinyDecoder for MQAR with ``config``'s sizes and one letter per layer (``"GGGA"``).
 
-    The linear layers run their chunked form in chunks of ``CHUNK_SIZE`` tokens: the sequences
-    are short, and every chunk size gives the same numbers (chapter 18), only faster.
+    Its softmax layers get a :class:`ShortConvAttention` convolution like the linear layers'
+    own. The linear layers run their chunked form in chunks of ``CHUNK_SIZE`` tokens: the
+    sequences are short, and every chunk size gives the same numbers (chapter 18), only faster.
     """
     model = TinyDecoder(VOCAB, **config, layer_pattern=layer_pattern)
     for kind, block in zip(model.layer_pattern, model.blocks, strict=True):
-        if kind != "A":
+        if kind == "A":
+            block.attention = ShortConvAttention(block.attention)
+        else:
             block.attention.chunk_size = CHUNK_SIZE
     return model
 
