@@ -97,3 +97,11 @@ def test_the_softmax_layers_convolve_causally_and_refuse_a_cache():
     assert not torch.allclose(model(tokens)[:, 8], model(changed)[:, 8])
     with pytest.raises(ValueError, match="cache"):
         model.new_caches()
+
+
+def test_the_gated_deltanet_layers_start_with_a_long_memory():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 2, "max_len": 16, "positions": "none"}
+    model = build_recall_model(config, "GA")
+    alpha, _ = model.blocks[0].attention.gates(torch.randn(2, 8, 16))  # (B, H, T)
+    assert alpha.min() > 0.97
