@@ -12,7 +12,6 @@ from attnbook.models import capstone, recall, reference_model
 from attnbook.models.capstone import load_capstone_models
 from attnbook.models.recall import load_recall_models
 from attnbook.models.reference_model import load_reference_model
-from attnbook.models.shipped import shipped_file
 
 LOADERS = {  # module, loader, manifest fields to remove: top level and nested
     "reference": (
@@ -32,14 +31,12 @@ LOADERS = {  # module, loader, manifest fields to remove: top level and nested
             ("variants", "GQA", "validation_losses"),
         ],
     ),
-}
-# chapter 18's recall models are checked once scripts/train_recall_models.py has shipped them
-if shipped_file(recall.MANIFEST).is_file():
-    LOADERS["recall"] = (
+    "recall": (
         recall,
         load_recall_models,
         [("sha256",), ("config",), ("runs",), ("runs", "softmax/h4/seed0", "layer_pattern")],
-    )
+    ),
+}
 
 
 def damaged(module, monkeypatch, change):
