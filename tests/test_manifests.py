@@ -14,12 +14,14 @@ from attnbook.models import (
     capstone,
     gated_models,
     position_models,
+    recall,
     reference_model,
     sparse_models,
 )
 from attnbook.models.capstone import load_capstone_models
 from attnbook.models.gated_models import load_gated_models
 from attnbook.models.position_models import load_position_models
+from attnbook.models.recall import load_recall_models
 from attnbook.models.reference_model import load_reference_model
 from attnbook.models.sparse_models import load_sparse_models
 
@@ -55,6 +57,11 @@ LOADERS = {  # module, loader, manifest fields to remove: top level and nested
             ("models", "rope/1"),
             ("models", "alibi/0", "validation_losses"),
         ],
+    ),
+    "recall": (
+        recall,
+        load_recall_models,
+        [("sha256",), ("config",), ("runs",), ("runs", "softmax/h4/seed0", "layer_pattern")],
     ),
 }
 WRONG_TYPE = {"gated": "sha256", "circuits": "sha256", "sparse": "sha256"}  # default: config
