@@ -100,11 +100,25 @@ def check_scale(scale: object) -> None:
         raise ValueError(f"scale: expected a finite number or None, got {scale!r}")
 
 
+def broadcast_shape(*shapes: tuple[int, ...]) -> torch.Size | None:
+    """The shape ``shapes`` broadcast to, as in PyTorch (sizes 1 or equal), or None if none.
+
+    Written out rather than ``torch.broadcast_shapes``, whose first call imports sympy
+    (about 2 s of CPU, paid by every chapter that calls attention).
+    """
+    rank = max(len(shape) for shape in shapes)
+    broadcast = []
+    for axis in range(-rank, 0):  # right-aligned, as PyTorch lines shapes up
+        sizes = {shape[axis] for shape in shapes if len(shape) >= -axis} - {1}
+        if len(sizes) > 1:
+            return None
+        broadcast.append(sizes.pop() if sizes else 1)
+    return torch.Size(broadcast)
+
+
 def check_broadcastable_batch_dims(names: tuple[str, ...], tensors: tuple[Tensor, ...]) -> None:
     """The batch dims ``...`` of (..., length, width) tensors broadcast together, as in PyTorch."""
-    try:
-        torch.broadcast_shapes(*(tensor.shape[:-2] for tensor in tensors))
-    except RuntimeError:
+    if broadcast_shape(*(tensor.shape[:-2] for tensor in tensors)) is None:
         shapes = ", ".join(
             f"{name}.shape = {shape_of(tensor)}"
             for name, tensor in zip(names, tensors, strict=True)
@@ -112,7 +126,7 @@ def check_broadcastable_batch_dims(names: tuple[str, ...], tensors: tuple[Tensor
         raise ValueError(
             f"{names[-1]}: the batch dims (all but the last two) must broadcast together, as "
             f"in PyTorch (each 1 or equal); got {shapes}"
-        ) from None
+        )
 
 
 def check_same_batch_dims(name: str, tensor: Tensor, query: Tensor) -> None:
@@ -242,7 +256,7 @@ def check_attention_inputs(
     check_scale(scale)
     check_mask_or_causal(mask, is_causal)
     if mask is not None:
-        batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        batch_shape = broadcast_shape(query.shape[:-2], key.shape[:-2])
         scores_shape = (*batch_shape, query.size(-2), key.size(-2))
         check_mask(mask, scores_shape, "(..., T, S)")
 

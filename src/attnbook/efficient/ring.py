@@ -21,7 +21,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from attnbook.core._checks import check_attention_inputs, check_choice, shape_of
+from attnbook.core._checks import (
+    broadcast_shape,
+    check_attention_inputs,
+    check_choice,
+    shape_of,
+)
 from attnbook.core.attention import scaled_dot_product_attention
 from attnbook.core.memory import TensorMemoryMeter
 from attnbook.efficient.launcher import rank_device
@@ -349,7 +354,7 @@ def _ring_forward(
     work_dtype = torch.promote_types(query.dtype, torch.float32)
     q_ranges = plan.ranges(query.size(-2), plan.rank, "query")
     query_chunks = query.to(work_dtype).chunk(len(q_ranges), dim=-2)  # (..., T/P or T/2P, d)
-    batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    batch_shape = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     chunk_len = query_chunks[0].size(-2)
     empty = query_chunks[0].new_zeros((*batch_shape, chunk_len, value.size(-1)))  # (..., Tc, d_v)
     no_keys = empty.new_full((*batch_shape, chunk_len, 1), _NEG_INF)  # (..., Tc, 1)

@@ -23,7 +23,12 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from attnbook.core._checks import check_attention_inputs, check_floating, check_int
+from attnbook.core._checks import (
+    broadcast_shape,
+    check_attention_inputs,
+    check_floating,
+    check_int,
+)
 from attnbook.core.masks import ALIGNMENTS
 
 _NEG_INF = float("-inf")
@@ -219,7 +224,7 @@ def _tiled_forward(
     """The forward pass in the working dtype: output (..., T, d_v) and lse (..., T, 1)."""
     T = query.size(-2)
     work_dtype = torch.promote_types(query.dtype, torch.float32)
-    batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    batch_shape = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     output = query.new_zeros((*batch_shape, T, value.size(-1)), dtype=work_dtype)  # (..., T, dv)
     lse = query.new_full((*batch_shape, T, 1), _NEG_INF, dtype=work_dtype)  # (..., T, 1)
     blocks = _tile_blocks(query, key, value, mask, causal_offset, block_q, block_k, work_dtype)
