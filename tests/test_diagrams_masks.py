@@ -7,7 +7,7 @@ import torch
 from helpers import figure_texts
 from matplotlib import pyplot as plt
 
-from attnbook import causal_mask, plot_attention
+from attnbook import causal_mask, plot_attention, plot_heads
 from attnbook.book.diagrams import mask_gallery
 from attnbook.book.diagrams.masks import gallery_masks
 
@@ -73,3 +73,18 @@ def test_plot_attention_greys_blocked_pairs_but_not_zero_weights():
         plot_attention(weights, mask=causal_mask(3))
     with pytest.raises(ValueError, match="mask: expected a boolean mask"):
         plot_attention(weights, mask=mask.int())
+
+
+def test_plot_heads_greys_blocked_pairs_but_not_zero_weights():
+    weights = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]).expand(2, 2, 3)  # (H, T, S)
+    mask = torch.tensor([[[True, False, False], [True, True, True]], [[True] * 3] * 2])
+    figure = plot_heads(weights, mask=mask)
+    images = [ax.images[0].get_array() for ax in figure.axes if ax.images]
+    plt.close(figure)
+    for image, head_mask in zip(images, mask, strict=True):
+        assert np.array_equal(np.ma.getmaskarray(image), ~head_mask.numpy())
+    assert np.ma.getdata(images[0])[1].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"mask: expected the weights' shape \(2, 2, 3\)"):
+        plot_heads(weights, mask=mask[:1])
+    with pytest.raises(ValueError, match="mask: expected a boolean mask"):
+        plot_heads(weights, mask=mask.int())

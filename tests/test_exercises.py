@@ -441,14 +441,17 @@ WRONG_ANSWERS = {
         (lambda b, H, size: math.isqrt(b // size), "more than the 1,073,741,824 budgeted"),
     ],
     "check_prefix_lm_mask": [
-        (lambda T, P: causal_mask(T), "row 0 (a prompt token) may not attend to key 1"),
+        (
+            lambda T, P: causal_mask(T),
+            "blocks row 0 (a prompt token) from key 1, which is in the prompt",
+        ),
         (
             lambda T, P: causal_mask(T) | (torch.arange(T) < P)[:, None],
-            "row 0 (a prompt token) may attend to key 2, a generated token in its future",
+            "lets row 0 (a prompt token) attend to key 2, a generated token in its future",
         ),
         (
             lambda T, P: (torch.arange(T) < P).expand(T, T).clone(),
-            "row 2 (a generated token) may not attend to key 2, an earlier generated token",
+            "blocks row 2 (a generated token) from key 2, its own position",
         ),
     ],
     "check_head_projection": [
@@ -990,3 +993,31 @@ def test_switched_off_heads_spread_their_weight_evenly():
     uniform = causal_mask(33) / torch.arange(1, 34)[:, None]  # (T, T)
     torch.testing.assert_close(weights[1, :, [0, 3]], uniform.expand(2, 2, 33, 33))
     assert not torch.allclose(weights[1, :, 1], uniform)
+
+
+# Checker messages that say what the learner's answer did, and nothing it did not.
+
+
+def test_prefix_lm_hint_names_an_earlier_generated_key_it_blocks():
+    def prompt_and_diagonal(T, P):
+        return (torch.arange(T) < P).expand(T, T) | torch.eye(T, dtype=torch.bool)
+
+    with pytest.raises(ExerciseError, match="blocks row 3 .* from key 2, an earlier generated"):
+        exercises.check_prefix_lm_mask(prompt_and_diagonal)
+
+
+def zero_value_rows(attention, h):  # ch05: a correct answer the solution does not give
+    pruned, d_head = copy.deepcopy(attention), attention.head_dim
+    with torch.no_grad():
+        pruned.v_proj.weight[h * d_head : (h + 1) * d_head] = 0.0
+        pruned.v_proj.bias[h * d_head : (h + 1) * d_head] = 0.0
+    return pruned
+
+
+def test_without_head_success_message_fits_what_the_answer_did(capsys):
+    exercises.check_without_head(SOLUTIONS["check_without_head"])
+    assert "columns of W_o are zeroed" in capsys.readouterr().out
+    exercises.check_without_head(zero_value_rows)
+    message = capsys.readouterr().out
+    assert message.startswith("Correct: head h contributes nothing")
+    assert "without zeroing its d_head columns of W_o" in message

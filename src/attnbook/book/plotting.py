@@ -119,12 +119,7 @@ def plot_attention(
     matrix = _as_array(weights, "weights", 2, "(T, S)")
     options = {"cmap": CMAP, "vmin": 0.0}
     if mask is not None:
-        dtype = mask.dtype if torch.is_tensor(mask) else np.asarray(mask).dtype
-        if dtype not in (torch.bool, np.bool_):
-            raise ValueError(
-                f"mask: expected a boolean mask (True = may attend), got dtype {dtype}"
-            )
-        allowed = _as_array(mask, "mask", 2, "(T, S)").astype(bool)
+        allowed = _allowed(mask, 2, "(T, S)")
         if allowed.shape != matrix.shape:
             raise ValueError(
                 f"mask: expected the weights' shape {matrix.shape}, got {allowed.shape}"
@@ -140,6 +135,14 @@ def plot_attention(
         image_options=options,
         colorbar_label="attention weight",
     )
+
+
+def _allowed(mask: torch.Tensor | np.ndarray, ndim: int, layout: str) -> np.ndarray:
+    """A boolean mask (True = may attend) as a numpy array, or a ValueError naming it."""
+    dtype = mask.dtype if torch.is_tensor(mask) else np.asarray(mask).dtype
+    if dtype not in (torch.bool, np.bool_):
+        raise ValueError(f"mask: expected a boolean mask (True = may attend), got dtype {dtype}")
+    return _as_array(mask, "mask", ndim, layout).astype(bool)
 
 
 def plot_scores(
@@ -211,13 +214,24 @@ def plot_heads(
     titles: Sequence[str] | None = None,
     ncols: int = 4,
     suptitle: str | None = None,
+    mask: torch.Tensor | np.ndarray | None = None,
 ) -> Figure:
     """Draw each head of (H, T, S) weights in a grid with one shared colour scale and colorbar.
 
     Pick a batch item first (``weights[0]`` of a (B, H, T, S) tensor). Titles default to
-    ``head 0``, ``head 1``, ...; returns the figure.
+    ``head 0``, ``head 1``, ...; returns the figure. With an (H, T, S) boolean ``mask``
+    (True = may attend), blocked entries are drawn in light grey, as in :func:`plot_attention`.
     """
     stack = _as_array(weights, "weights", 3, "(H, T, S); index a batch item first")
+    cmap = plt.get_cmap(CMAP)
+    if mask is not None:
+        allowed = _allowed(mask, 3, "(H, T, S)")
+        if allowed.shape != stack.shape:
+            raise ValueError(
+                f"mask: expected the weights' shape {stack.shape}, got {allowed.shape}"
+            )
+        stack = np.ma.masked_where(~allowed, stack)
+        cmap = cmap.with_extremes(bad="lightgrey")
     n_heads, n_queries, n_keys = stack.shape
     if n_heads == 0:
         raise ValueError(f"weights: expected at least one head, got shape {stack.shape}")
@@ -241,7 +255,7 @@ def plot_heads(
         if index >= n_heads:
             ax.set_visible(False)
             continue
-        image = ax.imshow(stack[index], cmap=CMAP, vmin=0.0, vmax=vmax, origin="upper")
+        image = ax.imshow(stack[index], cmap=cmap, vmin=0.0, vmax=vmax, origin="upper")
         row, col = divmod(index, ncols)
         _label_axes(
             ax,

@@ -31,16 +31,17 @@ def check_prefix_lm_mask(fn: Callable[[int, int], Tensor]) -> None:
         who = "a prompt token" if row < prompt else "a generated token"
         if mask[row, key]:
             _fail(
-                f"{call}: row {row} ({who}) may attend to key {key}, a generated token in its "
-                f"future"
+                f"{call}: your mask lets row {row} ({who}) attend to key {key}, a generated "
+                f"token in its future; that key must be blocked"
             )
         if key < prompt:
             _fail(
-                f"{call}: row {row} ({who}) may not attend to key {key}, which is in the prompt: "
-                f"every token sees the whole prompt"
+                f"{call}: your mask blocks row {row} ({who}) from key {key}, which is in the "
+                f"prompt; every token must see the whole prompt"
             )
+        what = "its own position" if key == row else "an earlier generated token"
         _fail(
-            f"{call}: row {row} ({who}) may not attend to key {key}, an earlier generated "
-            f"token: generated tokens see everything up to themselves"
+            f"{call}: your mask blocks row {row} ({who}) from key {key}, {what}; a generated "
+            f"token must see every key up to and including itself"
         )
     _succeed("the prompt is read both ways and the rest is causal")

@@ -123,4 +123,19 @@ def check_without_head(fn: Callable[[nn.Module, int], nn.Module]) -> None:
             got, _ = _call(pruned, f"{call}(x)", x)  # (B, T, D)
         if not _close(got, expected, atol=1e-6):
             _fail(f"{call}: {_without_head_hint(pruned, attention, h, head_width)}")
-    _succeed("each head's d_head columns of W_o are zeroed in a copy, and the bias is kept")
+    if _zeroes_head_columns(fn, attention, head_width):
+        _succeed("each head's d_head columns of W_o are zeroed in a copy, and the bias is kept")
+    else:
+        _succeed(
+            "head h contributes nothing in a copy, and out_proj's bias is kept (you did it "
+            "without zeroing its d_head columns of W_o, which is what the solution does)"
+        )
+
+
+def _zeroes_head_columns(fn, attention: nn.Module, head_width: int) -> bool:
+    """Whether fn(attention, h) zeroes head h's columns of out_proj.weight, for every h."""
+    for h in range(attention.n_heads):
+        weight = fn(attention, h).out_proj.weight  # (D, H * d_head)
+        if weight[:, h * head_width : (h + 1) * head_width].any():
+            return False
+    return True
