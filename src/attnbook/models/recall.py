@@ -8,15 +8,19 @@ each query followed by its answer:
 The model must predict a_j at q_j's position: recall what was filed under that key. Keys are
 tokens 0..N_KEYS - 1 (distinct within a sequence), values N_KEYS..VOCAB - 1. Softmax attention
 looks the key up in its cache; a layer with a fixed d_k x d_v memory must have written every
-pair into it, which works while the pairs fit (about d_k of them per head for the delta rule)
-and fails beyond. ``scripts/train_recall_models.py`` trains softmax, linear, Gated DeltaNet
-and 3:1 hybrid decoders on it and ships them; :func:`load_recall_models` loads and checks them.
+pair into it, which works while the pairs fit (every one up to about d_k / 2 random unit keys
+per head for the delta rule, chapter 18) and fails beyond. ``scripts/train_recall_models.py``
+trains softmax, linear, Gated DeltaNet and hybrid decoders on it and writes them to data/;
+:func:`load_recall_models` loads and checks them. They are not shipped yet: the script's
+docstring says why.
 """
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn import functional as F
 
 from attnbook.core._checks import check_int
+from attnbook.core.device import get_device
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.shipped import (
     check_sha256,
@@ -33,6 +37,13 @@ IGNORE = -100  # target of every position that is not a query (cross_entropy's i
 WEIGHTS = "recall_models.pt"
 MANIFEST = "recall_models.json"
 RETRAIN = "python scripts/train_recall_models.py"
+CHUNK_SIZE = 16
+EVAL_PAIRS = (2, 4, 8)
+EVAL_SIZE, EVAL_SEED = 128, 1234
+# Gated DeltaNet's dt_bias at initialisation: alpha = exp(-softplus(-4.6)) = 0.99 per token, a
+# memory that lasts about 100 tokens. The layer's default (0) gives alpha = 0.5, which forgets
+# a pair within a few tokens; in probes such models stayed near chance (the script's docstring).
+DT_BIAS_INIT = -4.6
 
 
 def mqar_batch(batch_size: int, n_pairs: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -52,9 +63,54 @@ def mqar_batch(batch_size: int, n_pairs: int, generator: torch.Generator) -> tup
     return tokens, targets
 
 
+class ShortConvAttention(nn.Module):
+    """Softmax attention on a short causal convolution of its input: ``attention(conv(x))``.
+
+    The depthwise convolution mixes each of the D channels with its ``conv_kernel - 1``
+    predecessors, as :class:`attnbook.GatedDeltaNet`'s does on q, k and v, so that a value's
+    token can see the key just before it: every recall model then starts from the same
+    previous-token step, and what differs between them is the memory alone. Called like the
+    wrapped ``attention``; whole sequences only (``cache`` must be None).
+    """
+
+    def __init__(self, attention: nn.Module, conv_kernel: int = 4) -> None:
+        super().__init__()
+        check_int("conv_kernel", conv_kernel)
+        self.attention = attention
+        self.d_model, self.n_heads = attention.d_model, attention.n_heads
+        self.head_dim, self.conv_kernel = attention.head_dim, conv_kernel
+        # depthwise: each of the D channels mixes only its own last conv_kernel values
+        self.conv = nn.Conv1d(self.d_model, self.d_model, conv_kernel, groups=self.d_model)
+
+    def new_cache(self):
+        raise ValueError("cache: the recall models run whole sequences only")
+
+    def forward(self, x: Tensor, *, cache=None, **options) -> tuple[Tensor, Tensor | None]:
+        if cache is not None:
+            self.new_cache()
+        padded = F.pad(x.transpose(1, 2), (self.conv_kernel - 1, 0))  # (B, D, K - 1 + T)
+        convolved = self.conv(padded).transpose(1, 2)  # (B, T, D)
+        return self.attention(convolved, **options)
+
+
 def build_recall_model(config: dict, layer_pattern: str) -> TinyDecoder:
-    """A TinyDecoder for MQAR with ``config``'s sizes and one letter per layer (``"GGGA"``)."""
-    return TinyDecoder(VOCAB, **config, layer_pattern=layer_pattern)
+    """A TinyDecoder for MQAR with ``config``'s sizes and one letter per layer (``"GGGA"``).
+
+    Its softmax layers get a :class:`ShortConvAttention` convolution like the linear layers'
+    own; its Gated DeltaNet layers start with alpha near 0.99 (``DT_BIAS_INIT``). The linear
+    layers run their chunked form in chunks of ``CHUNK_SIZE`` tokens: the sequences are short,
+    and every chunk size gives the same numbers (chapter 18), only faster.
+    """
+    model = TinyDecoder(VOCAB, **config, layer_pattern=layer_pattern)
+    for kind, block in zip(model.layer_pattern, model.blocks, strict=True):
+        if kind == "A":
+            block.attention = ShortConvAttention(block.attention)
+        else:
+            block.attention.chunk_size = CHUNK_SIZE
+        if kind == "G":
+            with torch.no_grad():
+                block.attention.dt_bias.fill_(DT_BIAS_INIT)
+    return model
 
 
 @torch.no_grad()
@@ -63,6 +119,27 @@ def recall_accuracy(model: TinyDecoder, tokens: Tensor, targets: Tensor) -> floa
     asked = targets != IGNORE  # (B, T)
     predicted = model(tokens).argmax(dim=-1)  # (B, T)
     return (predicted[asked] == targets[asked]).double().mean().item()
+
+
+def accuracy_by_pairs(
+    model: TinyDecoder,
+    pairs: tuple[int, ...] = EVAL_PAIRS,
+    size: int = EVAL_SIZE,
+    seed: int = EVAL_SEED,
+) -> dict[str, float]:
+    """Recall accuracy on ``size`` fixed sequences for each number of pairs (keys as strings).
+
+    The sequences depend only on ``seed``: every model is measured on the same ones.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    accuracy = {}
+    for n_pairs in pairs:
+        tokens, targets = mqar_batch(size, n_pairs, generator)
+        accuracy[str(n_pairs)] = recall_accuracy(model, tokens, targets)
+    model.train(was_training)
+    return accuracy
 
 
 def state_floats(model: TinyDecoder) -> int:
@@ -77,16 +154,43 @@ def state_floats(model: TinyDecoder) -> int:
     )
 
 
-def load_recall_models() -> tuple[dict, dict[str, TinyDecoder]]:
-    """The manifest and every shipped model (in eval mode), by run name; weights hash-checked."""
-    manifest = read_manifest(MANIFEST, read_shipped(MANIFEST, RETRAIN), RETRAIN)
-    weights = read_shipped(WEIGHTS, RETRAIN)
+def _read_shipped(name: str) -> bytes:
+    return read_shipped(name, RETRAIN)
+
+
+def load_recall_models(
+    device: torch.device | str | None = None,
+) -> tuple[dict, dict[str, TinyDecoder]]:
+    """The manifest and every shipped model (float32, eval mode) by run name, on ``device``.
+
+    Run names are ``"<architecture>/h<heads>/seed<n>"``. Raises ``FileNotFoundError`` when a
+    shipped file is missing and ``ValueError`` when the weights' sha256 differs from the
+    manifest's, when the manifest is truncated or incomplete, or when a state dict does not fit
+    its model; each error names the file and the script to re-run.
+    """
+    manifest = read_manifest(MANIFEST, _read_shipped(MANIFEST), RETRAIN)
+    weights = _read_shipped(WEIGHTS)
     with manifest_fields(MANIFEST, RETRAIN):
         check_sha256(WEIGHTS, weights, manifest["sha256"], RETRAIN)
-        states = read_state_dict(weights)
-        models = {}
-        for name, run in manifest["runs"].items():
-            model = build_recall_model(run["config"], run["layer_pattern"])
-            model.load_state_dict(states[name])
-            models[name] = model.eval()
+        builds = {
+            name: (
+                {**manifest["config"], "n_heads": run["n_heads"], "n_layers": len(pattern)},
+                pattern,
+            )
+            for name, run in manifest["runs"].items()
+            for pattern in (run["layer_pattern"],)
+        }
+    states = read_state_dict(weights)
+    device = get_device() if device is None else torch.device(device)
+    models = {}
+    for name, (config, layer_pattern) in builds.items():
+        model = build_recall_model(config, layer_pattern)
+        try:
+            model.load_state_dict({key: value.float() for key, value in states[name].items()})
+        except (KeyError, RuntimeError) as error:
+            raise ValueError(
+                f"data/{WEIGHTS}: the {name} weights do not fit its model: re-run `{RETRAIN}` "
+                f"({error!r})"
+            ) from error
+        models[name] = model.to(device).eval()
     return manifest, models

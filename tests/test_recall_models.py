@@ -1,0 +1,107 @@
+"""Chapter 18's shipped recall models: the loader, and the manifest's accuracies reproduced.
+
+The manifest's key metric is every run's MQAR accuracy per number of pairs; here each shipped
+model is measured again on the same fixed sequences and must give it (argmax ties aside, which
+could differ between CPUs: at most one answer in a hundred).
+"""
+
+import pytest
+import torch
+
+from attnbook.models.recall import (
+    EVAL_PAIRS,
+    MANIFEST,
+    ShortConvAttention,
+    accuracy_by_pairs,
+    build_recall_model,
+    load_recall_models,
+    state_floats,
+)
+from attnbook.models.shipped import shipped_file
+
+NOT_SHIPPED = pytest.mark.skipif(
+    not shipped_file(MANIFEST).is_file(),
+    reason="data/recall_models.json is not shipped yet: python scripts/train_recall_models.py",
+)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_recall_models("cpu")
+
+
+@NOT_SHIPPED
+def test_every_run_is_shipped_with_its_record(shipped):
+    manifest, models = shipped
+    architectures, heads = manifest["architectures"], manifest["heads"]
+    seeds = manifest["training"]["seeds"]
+    assert len(seeds) >= 2
+    expected = {f"{a}/h{h}/seed{s}" for a in architectures for h in heads for s in seeds}
+    assert set(models) == set(manifest["runs"]) == expected
+    for name, model in models.items():
+        run = manifest["runs"][name]
+        assert model.layer_pattern == architectures[run["architecture"]] == run["layer_pattern"]
+        assert run["state_floats"] == state_floats(model)
+        assert run["parameters"] == sum(p.numel() for p in model.parameters())
+        assert not model.training
+
+
+@NOT_SHIPPED
+def test_the_manifest_accuracies_are_what_the_shipped_weights_give(shipped):
+    manifest, models = shipped
+    assert tuple(manifest["evaluation"]["pairs"]) == EVAL_PAIRS
+    for name, model in models.items():
+        measured = accuracy_by_pairs(model)
+        recorded = manifest["runs"][name]["accuracy"]
+        assert set(measured) == set(recorded)
+        for pairs, value in measured.items():
+            assert value == pytest.approx(recorded[pairs], abs=0.01), (name, pairs)
+
+
+def test_state_floats_count_the_linear_layers_only():
+    config = {"d_model": 32, "n_layers": 2, "max_len": 32, "positions": "rope"}
+    assert state_floats(build_recall_model({**config, "n_heads": 4}, "AA")) == 0
+    assert state_floats(build_recall_model({**config, "n_heads": 4}, "GA")) == 4 * 8 * 8
+    assert state_floats(build_recall_model({**config, "n_heads": 1}, "GG")) == 2 * 32 * 32
+
+
+def test_accuracy_by_pairs_measures_every_model_on_the_same_sequences():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16, "positions": "rope"}
+    model = build_recall_model(config, "G")
+    first = accuracy_by_pairs(model, pairs=(2, 3), size=8)
+    assert list(first) == ["2", "3"] and first == accuracy_by_pairs(model, pairs=(2, 3), size=8)
+    assert model.training  # its mode is restored
+
+
+def test_the_short_chunks_give_the_default_chunks_numbers():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 2, "max_len": 48, "positions": "rope"}
+    model = build_recall_model(config, "GL").double()
+    tokens = torch.randint(0, 64, (2, 40))
+    short = model(tokens)
+    for block in model.blocks:
+        block.attention.chunk_size = 64
+    torch.testing.assert_close(short, model(tokens), rtol=0, atol=1e-10)
+
+
+def test_the_softmax_layers_convolve_causally_and_refuse_a_cache():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16, "positions": "none"}
+    model = build_recall_model(config, "A").double()
+    assert isinstance(model.blocks[0].attention, ShortConvAttention)
+    tokens = torch.randint(0, 64, (2, 12))
+    changed = tokens.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % 64
+    torch.testing.assert_close(model(tokens)[:, :8], model(changed)[:, :8], rtol=0, atol=0)
+    assert not torch.allclose(model(tokens)[:, 8], model(changed)[:, 8])
+    with pytest.raises(ValueError, match="cache"):
+        model.new_caches()
+
+
+def test_the_gated_deltanet_layers_start_with_a_long_memory():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 2, "max_len": 16, "positions": "none"}
+    model = build_recall_model(config, "GA")
+    alpha, _ = model.blocks[0].attention.gates(torch.randn(2, 8, 16))  # (B, H, T)
+    assert alpha.min() > 0.97
