@@ -3,41 +3,35 @@
 Every run is an ``attnbook.TinyDecoder`` (D = 32, MLP width 128, no position scheme: the
 causal mask and the short convolutions carry the order) built by
 ``attnbook.models.recall.build_recall_model`` with one layer pattern: ``A`` (softmax
-attention), ``L`` (linear attention), ``G`` (Gated DeltaNet) or ``GA`` (a Gated DeltaNet
-layer, then attention: a 1:1 hybrid; Qwen3-Next's 3:1 ``GGGA`` costs four layers, too many for
-the shared machine). Every layer has the same short causal depthwise convolution (kernel 4) in
-front of its token mixing: Gated DeltaNet's own, inherited by the linear layer, and
-``ShortConvAttention`` around the softmax layers. Two state sizes with the same parameters:
-4 heads of 8 or 1 head of 32; a linear layer keeps H * d_head^2 numbers per sequence whatever
-its length (256 or 1,024). Each run: AdamW (weight decay 0.1) at the architecture's peak
-learning rate (``LEARNING_RATES``; 10 % linear warm-up, then cosine to 10 %), batches of 32
-MQAR sequences whose number of pairs is drawn from 2..8 per batch, seeds 0 and 1, one CPU
-thread per run and two runs at a time. Weights are shipped in float16 and every accuracy is
-measured after that rounding, on 128 fixed sequences for each of 2, 4 and 8 pairs (seed
-1234): what the loader's models give.
+attention), ``L`` (linear attention), ``G`` (Gated DeltaNet) or ``GGGA`` (three Gated DeltaNet
+layers, then attention: Qwen3-Next's 3:1 hybrid). Every layer has the same short causal
+depthwise convolution (kernel 4) in front of its token mixing: Gated DeltaNet's own, inherited
+by the linear layer, and ``ShortConvAttention`` around the softmax layers. Two state sizes with
+the same parameters: 4 heads of 8 or 1 head of 32; a linear layer keeps H * d_head^2 numbers
+per sequence whatever its length (256 or 1,024). Each run: AdamW (weight decay 0.1) at the
+architecture's peak learning rate (``LEARNING_RATES``; 10 % linear warm-up, then cosine to
+10 %) for the architecture's number of steps (``STEPS``), batches of 32 MQAR sequences whose
+number of pairs is drawn from 2..8 per batch, seeds 0 and 1, one CPU thread per run and two
+runs at a time. Weights are shipped in float16 and every accuracy is measured after that
+rounding, on 128 fixed sequences for each of 2, 4 and 8 pairs (seed 1234): what the loader's
+models give.
 
-Not yet shipped. Without the convolution a model must first bind each value to its key (a
-previous-token head) before it can look the key up: an induction circuit, which forms late.
-In probes without it (2 layers, D = 32 or 64, learned, rotary or ALiBi positions, peak
+Shipped in data/ (recall_models.pt, recall_models.json). The one-layer runs took 30 to 111 s
+each and the four-layer hybrids 1,176 to 1,319 s (``training_seconds`` in the manifest), on a
+heavily shared 2-core machine. The hybrid trains for 2,400 steps: after the 800 the one-layer
+models get, it was still learning (accuracy at 8 pairs 0.23 and 0.26 with 4 heads, 0.81 and
+0.36 with 1 head, seeds 0 and 1).
+
+Why the recipe is what it is. Without the convolution a model must first bind each value to its
+key (a previous-token head) before it can look the key up: an induction circuit, which forms
+late. In probes without it (2 layers, D = 32 or 64, learned, rotary or ALiBi positions, peak
 learning rates 3e-3 and 1e-2, up to 800 steps) softmax attention and a Gated DeltaNet +
 attention hybrid stayed on the plateau where a model answers with a random value of the
-context (accuracy near 1 / P); longer, softmax attention with rotary positions climbed only
-slowly above it: 0.60, 0.37, 0.20 at 2, 4, 8 pairs after 2,000 steps with 2 layers, 0.72,
-0.45, 0.30 after 1,500 with 4 (seed 0). With the convolution, the 800-step default learns
-softmax attention: one layer, 4 heads, seed 0 (a probe with this recipe, scored on 256
-sequences) scored 0.13, 0.09, 0.07 at 2, 4, 8 pairs after 100 steps, 0.75, 0.48, 0.28 after
-200, 0.99, 0.98, 0.94 after 300 and 1.00, 1.00, 1.00 from 500 on (0.999 at 16 pairs, twice the
-longest training sequence); 167 s on a loaded machine. A 400-step schedule decays too early:
-with it, seed 0 and 4 heads gave softmax 0.86, 0.56, 0.35, linear 0.89, 0.72, 0.45, Gated
-DeltaNet 0.09, 0.07, 0.05 and the hybrid 0.79, 0.53, 0.29 (1 head of 32: Gated DeltaNet 0.06,
-0.04, 0.03, hybrid 0.54, 0.26, 0.12). Gated DeltaNet barely leaving chance even at 2 pairs
-was its initial decay: with the layer's
-default dt_bias = 0, alpha = 0.5 per token, so a pair is forgotten within a few tokens (800-step
-probes at peak 1e-2 and 3e-3: 0.06 and 0.04 at 2 pairs after 300 steps). From dt_bias = -4.6
-(alpha = 0.99; ``DT_BIAS_INIT``) the same 800-step probe (4 heads of 8, seed 0, 256 sequences)
-gave 0.95, 0.73, 0.38 at 2, 4, 8 pairs after 400 steps and 1.00, 0.91, 0.59 (0.25 at 16) after
-800: falling as the pairs outgrow a d_k = 8 memory. The full grid with this recipe has not been
-run yet (the machine's load): data/ is not written.
+context (accuracy near 1 / P). With the convolution, the 800-step schedule learns softmax
+attention (one layer, 4 heads, seed 0: 1.00 at 2, 4 and 8 pairs from 500 steps on). Gated
+DeltaNet's initial decay matters: with the layer's default dt_bias = 0, alpha = 0.5 per token,
+so a pair is forgotten within a few tokens (800-step probes: 0.06 at 2 pairs after 300 steps);
+from dt_bias = -4.6 (alpha = 0.99; ``DT_BIAS_INIT``) it learns.
 
     python scripts/train_recall_models.py                                 # writes data/
     python scripts/train_recall_models.py --steps 5 --output /tmp/recall  # a smoke run
@@ -69,11 +63,12 @@ from attnbook.models.shipped import write_shipped
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 CONFIG = {"d_model": 32, "max_len": 32, "positions": "none"}
-ARCHITECTURES = {"hybrid": "GA", "gated_deltanet": "G", "linear": "L", "softmax": "A"}
+ARCHITECTURES = {"hybrid": "GGGA", "gated_deltanet": "G", "linear": "L", "softmax": "A"}
 HEADS = (4, 1)
 SEEDS = (0, 1)
 LEARNING_RATES = {"softmax": 1e-2, "linear": 1e-2, "gated_deltanet": 1e-2, "hybrid": 1e-2}
-TRAINING = {"steps": 800, "batch_size": 32, "weight_decay": 0.1, "warmup": 0.1, "pairs": [2, 8]}
+STEPS = {"softmax": 800, "linear": 800, "gated_deltanet": 800, "hybrid": 2400}
+TRAINING = {"batch_size": 32, "weight_decay": 0.1, "warmup": 0.1, "pairs": [2, 8]}
 TIMEOUT_S = 30 * 60
 
 
@@ -128,6 +123,7 @@ def train(job: tuple[str, int, int, int]) -> tuple[str, dict, dict]:
         "accuracy": {pairs: round(value, 4) for pairs, value in accuracy.items()},
         "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
         "training_seconds": round(seconds, 1),
+        "steps": steps,
     }
     name = f"{architecture}/h{n_heads}/seed{seed}"
     print(f"{name}: {record['accuracy']} in {record['training_seconds']} s", flush=True)
@@ -136,11 +132,11 @@ def train(job: tuple[str, int, int, int]) -> tuple[str, dict, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=TRAINING["steps"])
+    parser.add_argument("--steps", type=int, help="every run's steps (default: STEPS)")
     parser.add_argument("--output", type=Path, default=DATA)
     args = parser.parse_args()
     jobs = [
-        (architecture, n_heads, seed, args.steps)
+        (architecture, n_heads, seed, args.steps or STEPS[architecture])
         for seed in SEEDS
         for n_heads in HEADS
         for architecture in ARCHITECTURES
@@ -161,7 +157,7 @@ def main() -> None:
         "heads": HEADS,
         "training": {
             **TRAINING,
-            "steps": args.steps,
+            "steps": {name: args.steps or STEPS[name] for name in ARCHITECTURES},
             "lr": LEARNING_RATES,
             "schedule": "linear warm-up, cosine to 10 %",
             "optimiser": "AdamW",

@@ -23,7 +23,6 @@ from attnbook.models.gated_models import load_gated_models
 from attnbook.models.position_models import load_position_models
 from attnbook.models.recall import load_recall_models
 from attnbook.models.reference_model import load_reference_model
-from attnbook.models.shipped import shipped_file
 from attnbook.models.sparse_models import load_sparse_models
 
 LOADERS = {  # module, loader, manifest fields to remove: top level and nested
@@ -60,13 +59,11 @@ LOADERS = {  # module, loader, manifest fields to remove: top level and nested
         ],
     ),
 }
-# chapter 18's recall models are checked once scripts/train_recall_models.py has shipped them
-if shipped_file(recall.MANIFEST).is_file():
-    LOADERS["recall"] = (
-        recall,
-        load_recall_models,
-        [("sha256",), ("config",), ("runs",), ("runs", "softmax/h4/seed0", "layer_pattern")],
-    )
+LOADERS["recall"] = (
+    recall,
+    load_recall_models,
+    [("sha256",), ("config",), ("runs",), ("runs", "softmax/h4/seed0", "layer_pattern")],
+)
 WRONG_TYPE = {"gated": "sha256", "circuits": "sha256", "sparse": "sha256"}  # default: config
 
 

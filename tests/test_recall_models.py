@@ -10,18 +10,11 @@ import torch
 
 from attnbook.models.recall import (
     EVAL_PAIRS,
-    MANIFEST,
     ShortConvAttention,
     accuracy_by_pairs,
     build_recall_model,
     load_recall_models,
     state_floats,
-)
-from attnbook.models.shipped import shipped_file
-
-NOT_SHIPPED = pytest.mark.skipif(
-    not shipped_file(MANIFEST).is_file(),
-    reason="data/recall_models.json is not shipped yet: python scripts/train_recall_models.py",
 )
 
 
@@ -30,7 +23,6 @@ def shipped():
     return load_recall_models("cpu")
 
 
-@NOT_SHIPPED
 def test_every_run_is_shipped_with_its_record(shipped):
     manifest, models = shipped
     architectures, heads = manifest["architectures"], manifest["heads"]
@@ -43,10 +35,10 @@ def test_every_run_is_shipped_with_its_record(shipped):
         assert model.layer_pattern == architectures[run["architecture"]] == run["layer_pattern"]
         assert run["state_floats"] == state_floats(model)
         assert run["parameters"] == sum(p.numel() for p in model.parameters())
+        assert run["steps"] == manifest["training"]["steps"][run["architecture"]]
         assert not model.training
 
 
-@NOT_SHIPPED
 def test_the_manifest_accuracies_are_what_the_shipped_weights_give(shipped):
     manifest, models = shipped
     assert tuple(manifest["evaluation"]["pairs"]) == EVAL_PAIRS

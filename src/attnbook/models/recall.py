@@ -11,8 +11,7 @@ looks the key up in its cache; a layer with a fixed d_k x d_v memory must have w
 pair into it, which works while the pairs fit (every one up to about d_k / 2 random unit keys
 per head for the delta rule, chapter 18) and fails beyond. ``scripts/train_recall_models.py``
 trains softmax, linear, Gated DeltaNet and hybrid decoders on it and writes them to data/;
-:func:`load_recall_models` loads and checks them. They are not shipped yet: the script's
-docstring says why.
+:func:`load_recall_models` loads and checks them.
 """
 
 import torch
