@@ -27,7 +27,8 @@ How the recipe was found (probes on seed 0, 4 heads of 8, on a shared and loaded
 - Stacked Gated DeltaNet layers learn slowly: after 600-800 steps ``GGGA`` scored 0.69, 0.47,
   0.23 (0.72, 0.36, 0.17 at peak 3e-3; 0.65, 0.35, 0.16 with its Gated DeltaNet output
   projections started at zero), ``AGGG`` 0.74, 0.34, 0.16 and ``GGGG`` (zero-started) 0.79,
-  0.44, 0.22, while ``AA`` scored 1.00, 1.00, 1.00: depth alone is not the obstacle. Hence 2,400 steps.
+  0.44, 0.22, while ``AA`` scored 1.00, 1.00, 1.00: depth alone is not the obstacle. Hence
+  2,400 steps.
 The 800-step runs took 940 s of wall time two at a time, the four hybrids 1,330 s four at a
 time (each run's own time is in the manifest).
 

@@ -35,6 +35,7 @@ def test_every_run_is_shipped_with_its_record(shipped):
         assert model.layer_pattern == architectures[run["architecture"]] == run["layer_pattern"]
         assert run["state_floats"] == state_floats(model)
         assert run["parameters"] == sum(p.numel() for p in model.parameters())
+        assert run["steps"] == manifest["training"]["steps"][run["architecture"]]
         assert not model.training
 
 
