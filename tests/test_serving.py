@@ -10,10 +10,13 @@ from attnbook.serving import (
     CacheFullError,
     PagedKVCache,
     PrefixTable,
+    QuantizedKV,
     ServingEngine,
+    attention_error,
     block_hashes,
     paged_attention,
     paged_forward,
+    quantize,
     serve,
 )
 
@@ -252,3 +255,49 @@ def test_embed_at_matches_forward_positions_and_checks():
         learned.embed_at(tokens, positions + 60)
     with pytest.raises(ValueError, match="positions"):
         learned.embed_at(tokens, positions[:, :2])
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("dim", [-2, -1])
+def test_quantize_reads_back_within_half_a_step_on_its_levels(bits, dim):
+    x = torch.randn(
+        2, 3, 10, 16, generator=torch.Generator().manual_seed(bits), dtype=torch.float64
+    )
+    stored = quantize(x, dim, bits)
+    step = (x.amax(dim, keepdim=True) - x.amin(dim, keepdim=True)) / (2**bits - 1)
+    assert torch.allclose(stored.scale, step)
+    assert (stored.dequantize() - x).abs().le(step / 2 + 1e-12).all()
+    assert stored.codes.dtype == torch.int8
+    assert int(stored.codes.min()) == -128 and int(stored.codes.max()) == 2**bits - 129
+    # the extremes of every slice are read back exactly
+    assert torch.allclose(stored.dequantize().amax(dim), x.amax(dim))
+
+
+def test_quantized_bytes_pack_the_codes():
+    keys = torch.randn(1, 2, 60, 16)
+    values = torch.randn(1, 2, 60, 16)
+    scales = 4 * (2 * 16 + 2 * 60)  # float32 (scale, zero): per key channel, per value token
+    assert QuantizedKV.from_float(keys, values).nbytes == 2 * 1920 + 2 * scales
+    assert QuantizedKV.from_float(keys, values, bits=2).nbytes == 2 * 480 + 2 * scales
+
+
+def test_attention_error_grows_as_bits_shrink_and_kivi_split_wins_on_an_outlier_channel():
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 3, 16, generator=generator, dtype=torch.float64)
+    keys = torch.randn(1, 2, 40, 16, generator=generator, dtype=torch.float64)
+    values = torch.randn(1, 2, 40, 16, generator=generator, dtype=torch.float64)
+    errors = [attention_error(q, keys, values, bits=b) for b in (8, 4, 2)]
+    assert 0 < errors[0] < errors[1] < errors[2]
+    assert errors[0] < 0.01
+    keys[..., 3] *= 20  # one channel far larger for every token
+    per_channel = attention_error(q, keys, values)
+    per_token = attention_error(q, keys, values, key_dim=-1)
+    assert per_token > 2 * per_channel
+
+
+@pytest.mark.parametrize("bits", [1, 9, 8.0, True])
+def test_quantize_refuses_bad_bits(bits):
+    with pytest.raises(ValueError, match=r"bits: expected an int in \[2, 8\]"):
+        quantize(torch.randn(2, 4), -1, bits)
+    with pytest.raises(ValueError, match="bits"):
+        QuantizedKV.from_float(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2), bits=bits)
