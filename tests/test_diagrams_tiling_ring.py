@@ -20,6 +20,16 @@ def test_tiling_grid_labels_blocks_the_current_tile_and_running_statistics():
     assert any("hatched: skipped" in t for t in found)
 
 
+def test_tiling_grid_legend_names_the_light_blue_block_being_read():
+    figure = tiling_grid(n_query_blocks=3, n_key_blocks=5, current=(2, 2))
+    found = figure_texts(figure)
+    assert any("light blue (below): K,V block read now" in t for t in found)
+    # the strip's block 2 (the current column) is the only one coloured differently
+    strip = [p for p in figure.axes[0].patches if p.get_y() < 0.5]
+    colours = [tuple(p.get_facecolor()) for p in sorted(strip, key=lambda p: p.get_x())]
+    assert len(set(colours)) == 2 and colours.count(colours[2]) == 1
+
+
 def test_ring_steps_moves_every_shard_one_rank_per_step():
     found = figure_texts(ring_steps(world_size=3))
     assert [t for t in found if t.startswith("step")] == ["step 0", "step 1", "step 2"]

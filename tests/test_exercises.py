@@ -217,6 +217,28 @@ def unnormalised(q, k, v, out, lse, d_out, scale):  # ch09: exp(scores) without 
     return attention_backward(q, k, v, out, torch.zeros_like(lse), d_out, scale)
 
 
+def two_pass_logsumexp(x, block_size):  # ch09: the whole row's maximum first, then blocks
+    row_max = x.amax(dim=-1)
+    total = x.new_zeros(x.shape[:-1])
+    for start in range(0, x.size(-1), block_size):
+        total = total + torch.exp(x[..., start : start + block_size] - row_max[..., None]).sum(-1)
+    return row_max + torch.log(total)
+
+
+def softmax_backward(q, k, v, out, lse, d_out, scale):  # ch09: the weights from a softmax call
+    a = torch.softmax(q @ k.T * scale, dim=-1)
+    delta = (d_out * out).sum(dim=-1, keepdim=True)
+    dz = a * (d_out @ v.T - delta)
+    return dz @ k * scale, dz.T @ q * scale, a.T @ d_out
+
+
+def autograd_backward(q, k, v, out, lse, d_out, scale):  # ch09: autograd does the work
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        result = torch.softmax(leaves[0] @ leaves[1].T * scale, dim=-1) @ leaves[2]
+        return torch.autograd.grad(result, leaves, d_out)
+
+
 def unguarded(out_a, lse_a, out_b, lse_b):  # ch10: NaN when both sides are empty
     lse = torch.logaddexp(lse_a, lse_b)
     return out_a * torch.exp(lse_a - lse) + out_b * torch.exp(lse_b - lse), lse
@@ -505,11 +527,15 @@ WRONG_ANSWERS = {
         (lambda x, b: torch.log(torch.exp(x).sum(dim=-1)), "is not finite"),
         (lambda x, b: x, "should return one value per row"),
         (max_from_zero, "start the running maximum at -inf, not 0"),
+        (lambda x, b: torch.logsumexp(x, dim=-1), "called logsumexp on whole rows of 45"),
+        (two_pass_logsumexp, "called amax on whole rows of 45"),
     ],
     "check_attention_backward": [
         (no_row_dot, "dZ = A * (dA - delta)"),
         (no_scale, "multiply dZ by the scale"),
         (unnormalised, "dv is wrong"),
+        (softmax_backward, "attention_backward called softmax"),
+        (autograd_backward, "attention_backward called requires_grad_"),
     ],
     "check_merge_partials": [
         (lambda a, la, b, lb: ((a + b) / 2, torch.logaddexp(la, lb)), "averaged the two outputs"),

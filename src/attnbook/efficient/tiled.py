@@ -344,7 +344,8 @@ def tiled_attention(
     Differentiable with the same memory: autograd keeps only q, k, v, the output and the
     per-row log-sum-exp (..., T, 1); the backward pass recomputes each tile's probabilities
     from the log-sum-exp and accumulates dq, dk, dv tile by tile (FlashAttention's backward,
-    Dao et al., 2022, Algorithm 4, in FlashAttention-2's arrangement). A mask gets no gradient.
+    Dao et al., 2022, Algorithm 4, with the forward's query blocks outer loop, where
+    FlashAttention-2 puts the key/value blocks outside). A mask gets no gradient.
     Only first-order gradients: that backward pass is not itself differentiable, so
     ``torch.autograd.grad(..., create_graph=True)`` through it raises a RuntimeError (every
     time) rather than return gradients that silently lack their second-order terms.

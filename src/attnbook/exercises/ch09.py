@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from attnbook.exercises._common import (
     _as_tensor,
@@ -18,6 +19,41 @@ from attnbook.exercises._common import (
 )
 
 # Chapter 9: the log-sum-exp computed online.
+
+# Reductions and elementwise steps that, applied to a whole row at once, mean the row was not
+# walked in blocks: a first pass for the maximum, or the answer from torch itself.
+_ROW_AT_ONCE = frozenset(
+    {"amax", "max", "sum", "exp", "logsumexp", "softmax", "log_softmax", "sort", "topk"}
+)
+
+
+class _Refuses(TorchFunctionMode):
+    """Fails the check when ``refuse(name, tensors)`` returns a reason for a torch call."""
+
+    def __init__(self, refuse: Callable[[str, list[Tensor]], str | None]) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [a for a in (*args, *kwargs.values()) if torch.is_tensor(a)]
+        reason = self.refuse(getattr(func, "__name__", ""), tensors)
+        if reason is not None:
+            _fail(reason)
+        return func(*args, **kwargs)
+
+
+def _whole_row(length: int, block_size: int) -> Callable[[str, list[Tensor]], str | None]:
+    def refuse(name: str, tensors: list[Tensor]) -> str | None:
+        if name in _ROW_AT_ONCE and any(t.dim() and t.size(-1) == length for t in tensors):
+            return (
+                f"online_logsumexp(x (4, 7, {length}), {block_size}) called {name} on whole "
+                f"rows of {length} numbers: the task is one pass over blocks of {block_size}, "
+                "with a running maximum and a running sum updated block by block"
+            )
+        return None
+
+    return refuse
 
 
 @_checker
@@ -54,6 +90,8 @@ def check_online_logsumexp(fn: Callable[[Tensor, int], Tensor]) -> None:
             f"{call} returned {result.flatten().tolist()}, expected about -999.307: start the "
             "running maximum at -inf, not 0, or rows far below 0 underflow to log(0)"
         )
+    with _Refuses(_whole_row(rows.size(-1), 8)):
+        _call(fn, "online_logsumexp(x (4, 7, 45), 8)", rows.clone(), 8)
     _succeed("m + log(l) after the last block is the log-sum-exp of the whole row")
 
 
@@ -74,6 +112,16 @@ def _backward_case(seed: int) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], f
     return (q, k, v, out.detach(), lse, d_out), expected, scale
 
 
+def _no_softmax_or_autograd(name: str, tensors: list[Tensor]) -> str | None:
+    if name in {"softmax", "log_softmax", "requires_grad_", "backward", "grad"}:
+        return (
+            f"attention_backward called {name}: the task is to write the gradients yourself, "
+            "recomputing the weights as A = exp(q k^T * scale - lse), with no softmax call "
+            "and no autograd"
+        )
+    return None
+
+
 @_checker
 def check_attention_backward(fn: Callable[..., tuple]) -> None:
     """``fn(q (T, d), k (S, d), v (S, d_v), out (T, d_v), lse (T, 1), d_out (T, d_v), scale)``
@@ -91,6 +139,8 @@ def check_attention_backward(fn: Callable[..., tuple]) -> None:
             _fail(
                 f"{call}: {name} should have shape {tuple(theirs.shape)}, got {tuple(ours.shape)}"
             )
+    with _Refuses(_no_softmax_or_autograd):
+        _call(fn, call, *(t.clone() for t in inputs), scale)
     dq, dk, dv = result
     if not _close(dv, expected[2], atol=1e-6):
         _fail(f"{call}: dv is wrong; dv = A^T d_out with the weights A = exp(q k^T * scale - lse)")

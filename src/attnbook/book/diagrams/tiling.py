@@ -31,7 +31,7 @@ def tiling_grid(
     statistics of their row are blue, the ``current`` (row, column) tile orange, tiles still to
     come light, and tiles above the diagonal, which no query of their block may see, are
     hatched: skipped. Beside each row sit its running max m, sum l and output o; below, the
-    key/value blocks being read. The rows of queries are independent (FlashAttention-2's outer
+    key/value blocks, the one being read light blue (the legend says so). The rows of queries are independent (FlashAttention-2's outer
     loop); each walks along its key blocks.
     """
     check_int("n_query_blocks", n_query_blocks)
@@ -65,6 +65,9 @@ def tiling_grid(
     label(ax, (1 + n_key_blocks / 2, top + 0.6), "key/value blocks (columns) ->", fontsize=9)
     label(ax, (n_key_blocks + 2.6, top + 0.6), "running per row", fontsize=9)
     label(ax, (0.45, top + 0.6), "queries", fontsize=9)
-    legend = "blue: done\norange: now\nlight: to come\nhatched: skipped"
+    legend = (
+        "blue: done\norange: now\nlight: to come\nhatched: skipped\n"
+        "light blue (below): K,V block read now"
+    )
     label(ax, (n_key_blocks + 1.2, 0.45), legend, fontsize=8, ha="left")
     return ax.figure
