@@ -3,8 +3,8 @@
 The layer of :class:`attnbook.GroupedQueryAttention`, from the input x to the output, with each
 option of today's models drawn where it acts: QK-norm and the rotary embedding on the queries
 and keys, the soft-cap and the mask (or FlexAttention's ``score_mod`` and ``mask_mod``) on the
-scores, the sink column in the softmax (not together with the soft-cap, which the layer refuses), and
-the output gate before W_O.
+scores, the sink column in the softmax (never with the soft-cap: the layer refuses the two
+together), and the output gate before W_O.
 """
 
 from matplotlib.figure import Figure
