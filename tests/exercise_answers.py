@@ -155,24 +155,28 @@ def previous_share(weights):
     return weights.diagonal(offset=-1).mean().item()
 
 
-def head_importance(model, inputs, targets):
+def head_importance(model, inputs, targets, dtype=None):
     n_layers, n_heads = len(model.blocks), model.blocks[0].attention.n_heads
+    dtype = dtype or next(model.parameters()).dtype  # the gates must match the model
     total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
     for window, target in zip(inputs, targets, strict=True):
-        gates = torch.ones(n_layers, n_heads, dtype=torch.float64, requires_grad=True)
+        gates = torch.ones(n_layers, n_heads, dtype=dtype, requires_grad=True)
         logits = model(window[None], head_mask=gates)
         loss = torch.nn.functional.cross_entropy(logits[0], target)
         total += torch.autograd.grad(loss, gates)[0].abs()
     return total / len(inputs)
 
 
-def supported_orderings(losses, spread=statistics.stdev, n_spreads=2.0, per_seed=True):
+def supported_orderings(
+    losses, spread=statistics.stdev, n_spreads=2.0, per_seed=True, n_less=0, strict=True
+):
     def half_width(values):
-        return n_spreads * spread(values) / (math.sqrt(len(values)) if per_seed else 1.0)
+        return n_spreads * spread(values) / (math.sqrt(len(values) - n_less) if per_seed else 1.0)
 
     upper = {h: statistics.fmean(v) + half_width(v) for h, v in losses.items()}
     lower = {h: statistics.fmean(v) - half_width(v) for h, v in losses.items()}
-    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+    below = (lambda x, y: x < y) if strict else (lambda x, y: x <= y)
+    return {(a, b) for a in losses for b in losses if a != b and below(upper[a], lower[b])}
 
 
 def scale_for(d, sigma):

@@ -25,6 +25,10 @@ def test_attention_options_names_every_option_by_its_argument():
         16, 4, 2, qk_norm=True, rope=True, logit_softcap=50.0, window=4, output_gate=True
     )
     assert layer.q_norm is not None and layer.gate_proj is not None and layer.window == 4
+    # the two options the figure marks as exclusive are refused together
+    assert "exclude each other" in shown
+    with pytest.raises(ValueError):
+        GroupedQueryAttention(16, 4, 2, logit_softcap=50.0, sinks=True)
 
 
 def test_attention_options_draws_the_stages_in_the_layer_s_order():

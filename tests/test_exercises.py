@@ -601,6 +601,10 @@ WRONG_ANSWERS = {
         (lambda *a: batch_gradient(*a, absolute=False), "the importance is an absolute value"),
         (lambda *a: head_importance(*a) * len(a[1]), "that is the sum over the 4 windows"),
         (summed_loss, "a window's loss is its MEAN cross-entropy"),
+        (
+            lambda *a: head_importance(*a, dtype=torch.float32),
+            "make them with dtype=next(model.parameters()).dtype",
+        ),
     ],
     "check_supported_orderings": [
         (lambda L: {(b, a) for a, b in supported_orderings(L)}, "the pairs are reversed"),
@@ -611,6 +615,8 @@ WRONG_ANSWERS = {
         ),
         (lambda L: supported_orderings(L, per_seed=False), "that uses +- 2 standard deviations"),
         (lambda L: supported_orderings(L, n_spreads=1.0), "that uses +- 1 standard error"),
+        (lambda L: supported_orderings(L, n_less=1), "that divides by sqrt(n - 1)"),
+        (lambda L: supported_orderings(L, strict=False), "that ranks intervals that only touch"),
         (lambda L: {(1, 4)}, "expected [(2, 1), (8, 1)]: a pair (a, b) belongs"),
         (lambda L: 3, "should return a set of pairs (a, b), got int"),
     ],

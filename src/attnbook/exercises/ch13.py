@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from attnbook.analysis.head_analysis import gradient_importance, supported_orderings
 from attnbook.core.masks import causal_mask
 from attnbook.exercises._common import (
+    ExerciseError,
     _as_tensor,
     _call,
     _checker,
@@ -65,7 +66,16 @@ def check_head_importance(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> 
     """``fn(model, inputs (B, T), targets (B, T))`` -> (L, H): E_x |d loss(x) / d xi| at xi = 1."""
     model, inputs, targets = _gated_model()
     call = "head_importance(model, inputs (4, 6), targets (4, 6))"
-    result = _as_tensor(_call(fn, call, model, inputs, targets), call, "an (L, H) tensor")
+    try:
+        answer = _call(fn, call, model, inputs, targets)
+    except ExerciseError as error:
+        if "head_mask: expected dtype" in str(error.__cause__):
+            _fail(
+                f"{call}: the gates must have the model's dtype (this check's model is float64, "
+                f"the chapter's float32): make them with dtype=next(model.parameters()).dtype"
+            )
+        raise
+    result = _as_tensor(answer, call, "an (L, H) tensor")
     if tuple(result.shape) != (2, 2):
         _fail(f"{call} should return shape (L, H) = (2, 2), got {tuple(result.shape)}")
     expected = gradient_importance(model, inputs, targets)  # (L, H)
@@ -100,14 +110,19 @@ _ORDERING_CASES = [  # dict H -> per-seed losses; each mistake below gives other
     {1: [1.0, 1.1, 1.2], 2: [1.21, 1.31, 1.41], 4: [1.3, 1.4, 1.5]},
     {8: [2.0, 2.02, 2.04, 2.06], 1: [2.6, 2.9, 2.75], 2: [2.05, 2.35, 2.2]},
     {2: [1.0, 1.2], 4: [1.24, 1.44]},  # two seeds: means 1.2 standard errors apart
+    {1: [1.0, 1.1, 1.2], 4: [1.25, 1.35, 1.45]},  # apart with s / sqrt(n), not s / sqrt(n - 1)
+    {2: [1.5, 1.5], 4: [1.5, 1.5], 8: [1.0, 1.2]},  # 2 and 4 touch exactly: unranked
 ]
 
 
-def _separated(losses: dict, half_width: Callable[[list[float]], float]) -> set[tuple]:
-    """Pairs (a, b) with mean_a + half_width_a < mean_b - half_width_b."""
+def _separated(
+    losses: dict, half_width: Callable[[list[float]], float], strict: bool = True
+) -> set[tuple]:
+    """Pairs (a, b) with mean_a + half_width_a < mean_b - half_width_b (<= if not strict)."""
     upper = {k: statistics.fmean(v) + half_width(v) for k, v in losses.items()}
     lower = {k: statistics.fmean(v) - half_width(v) for k, v in losses.items()}
-    return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+    below = (lambda x, y: x < y) if strict else (lambda x, y: x <= y)
+    return {(a, b) for a in losses for b in losses if a != b and below(upper[a], lower[b])}
 
 
 _ORDERING_MISTAKES = [  # what each typical mistake answers, and what is wrong with it
@@ -132,6 +147,20 @@ _ORDERING_MISTAKES = [  # what each typical mistake answers, and what is wrong w
     (
         lambda losses: _separated(losses, lambda v: statistics.stdev(v) / math.sqrt(len(v))),
         "that uses +- 1 standard error; the rule's intervals are mean +- 2 standard errors",
+    ),
+    (
+        lambda losses: _separated(
+            losses, lambda v: 2 * statistics.stdev(v) / math.sqrt(len(v) - 1)
+        ),
+        "that divides by sqrt(n - 1); the standard error is the sample standard deviation "
+        "(which already divides by n - 1 inside) over sqrt(n)",
+    ),
+    (
+        lambda losses: _separated(
+            losses, lambda v: 2 * statistics.stdev(v) / math.sqrt(len(v)), False
+        ),
+        "that ranks intervals that only touch; the rule is strict (<), so touching "
+        "intervals stay unranked",
     ),
 ]
 

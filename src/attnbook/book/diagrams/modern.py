@@ -3,7 +3,8 @@
 The layer of :class:`attnbook.GroupedQueryAttention`, from the input x to the output, with each
 option of today's models drawn where it acts: QK-norm and the rotary embedding on the queries
 and keys, the soft-cap and the mask (or FlexAttention's ``score_mod`` and ``mask_mod``) on the
-scores, the sink column in the softmax, and the output gate before W_O.
+scores, the sink column in the softmax (never with the soft-cap: the layer refuses the two
+together), and the output gate before W_O.
 """
 
 from matplotlib.figure import Figure
@@ -60,6 +61,13 @@ def attention_options(*, window: int = 4096, cap: float = 50.0) -> Figure:
         (3.1, 5.6),
         "orange: an option of GroupedQueryAttention (the argument that switches it on)",
         fontsize=9,
+        ha="left",
+    )
+    label(
+        ax,
+        (8.2, 5.25),
+        "soft-cap and sinks=True exclude each other: the layer refuses the two together",
+        fontsize=8,
         ha="left",
     )
     return ax.figure
