@@ -58,3 +58,12 @@ def test_bad_parts_are_refused_before_drawing(parts):
     with pytest.raises(ValueError, match="parts"):
         book_map(parts=parts)
     assert plt.get_fignums() == before
+
+
+def test_the_arrows_lead_from_each_chapter_to_the_next():
+    from matplotlib.patches import FancyArrowPatch
+
+    figure = book_map()
+    arrows = [p for p in figure.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == sum(len(chapters) for _, chapters in BOOK_PARTS) - 1
+    plt.close(figure)

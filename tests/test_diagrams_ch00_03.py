@@ -26,8 +26,8 @@ def test_seq2seq_decoders_feeds_c_t_to_the_state_and_the_output():
     figure = seq2seq_decoders(n_inputs=4, n_steps=n_steps)
     arrows = [p for p in figure.axes[0].patches if isinstance(p, FancyArrowPatch)]
     context_arrows = sum(same_color(p.get_edgecolor(), ORANGE) for p in arrows)
-    # plain: c to every s_t; attention: c to s_0, then each c_t to s_t and to y_t
-    assert context_arrows == (n_steps + 1) + 1 + 2 * n_steps
+    # plain: c to every s_t and every y_t; attention: c to s_0, then each c_t to s_t and y_t
+    assert context_arrows == (n_steps + 1) + n_steps + 1 + 2 * n_steps
 
 
 def test_seq2seq_decoders_follows_its_sizes():

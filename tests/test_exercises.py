@@ -454,6 +454,8 @@ WRONG_ANSWERS = {
         (lambda d, sigma: 1 / (sigma * math.sqrt(d)), "variance sigma^4, not sigma^2"),
         (lambda d, sigma: 1 / math.sqrt(d), "sigma changes the variance too"),
         (lambda d, sigma: 1 / d, "scale_for(16, 0.5) returned 0.0625"),
+        # at d = 16, sigma = 0.5 this equals 1/sqrt(d): the hint must still name the square root
+        (lambda d, sigma: 1 / (sigma**2 * d), "the square root applies to d as well"),
         (lambda d, sigma: "1", "should return a number, got '1'"),
     ],
     "check_largest_length": [

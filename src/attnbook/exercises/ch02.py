@@ -63,27 +63,53 @@ def check_concat_scores(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) 
 # Chapter 2: the scale that gives scores of variance 1 when q and k have variance sigma^2.
 
 
+_SCALE_CASES = [(16, 0.5), (64, 1.0), (256, 3.0), (2, 2.0)]
+# likely slips, each with what it gets wrong; one is named only if it matches every case, since
+# two slips can agree on one case (at d = 16, sigma = 0.5 both give 1/4)
+_SCALE_SLIPS = (
+    (
+        lambda d, sigma: 1.0 / (sigma * math.sqrt(d)),
+        "each product q_i k_i has variance sigma^4, not sigma^2",
+    ),
+    (
+        lambda d, sigma: 1.0 / (sigma**2 * d),
+        "the square root applies to d as well: q . k has standard deviation "
+        "sqrt(d sigma^4) = sigma^2 sqrt(d)",
+    ),
+    (
+        lambda d, sigma: 1.0 / math.sqrt(d),
+        "that is the unit-variance scale; sigma changes the variance too",
+    ),
+)
+
+
+def _scale_slip(answers: list[float]) -> str:
+    """The hint for a known slip that gives every one of ``answers``, or ''."""
+    for slip, words in _SCALE_SLIPS:
+        cases = zip(_SCALE_CASES, answers, strict=True)
+        if all(math.isclose(a, slip(d, sigma), rel_tol=1e-6) for (d, sigma), a in cases):
+            return f": {words}"
+    return ""
+
+
 @_checker
 def check_scale_for(fn: Callable[[int, float], float]) -> None:
     """``fn(d, sigma)``: the factor that gives q . k variance 1 when q, k have variance sigma^2."""
-    for width, sigma in [(16, 0.5), (64, 1.0), (256, 3.0), (2, 2.0)]:
+    answers = []
+    for width, sigma in _SCALE_CASES:
         call = f"scale_for({width}, {sigma})"
         answer = _call(fn, call, width, sigma)
         if torch.is_tensor(answer) and answer.numel() == 1:
             answer = answer.item()
         if isinstance(answer, bool) or not isinstance(answer, (int, float)):
             _fail(f"{call} should return a number, got {answer!r}")
-        expected = 1.0 / (sigma**2 * math.sqrt(width))
-        if math.isclose(answer, expected, rel_tol=1e-6):
+        answers.append(answer)
+    for (width, sigma), answer in zip(_SCALE_CASES, answers, strict=True):
+        if math.isclose(answer, 1.0 / (sigma**2 * math.sqrt(width)), rel_tol=1e-6):
             continue
         variance = (answer * sigma**2) ** 2 * width  # of the scaled score, exactly
-        hint = ""
-        if math.isclose(answer, 1.0 / (sigma * math.sqrt(width)), rel_tol=1e-6):
-            hint = ": each product q_i k_i has variance sigma^4, not sigma^2"
-        elif math.isclose(answer, 1.0 / math.sqrt(width), rel_tol=1e-6):
-            hint = ": that is the unit-variance scale; sigma changes the variance too"
         _fail(
-            f"{call} returned {answer:.4g}, which gives the scaled scores variance "
-            f"{variance:.4g} instead of 1{hint}"
+            f"scale_for({width}, {sigma}) returned {answer:.4g}, which gives the scaled scores "
+            f"variance {variance:.4g} instead of 1{_scale_slip(answers)}"
         )
     _succeed("q . k has variance d sigma^4, so the scale is 1 / (sigma^2 sqrt(d))")

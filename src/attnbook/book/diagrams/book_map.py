@@ -46,7 +46,7 @@ BOOK_PARTS = (
     ),
 )
 
-_BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.25, 1.45
+_BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.45, 1.45
 _LEFT = 3.8  # room for the part captions
 _COLOURS = (LIGHT, SKY, LIGHT, SKY, LIGHT, ORANGE, BLUE)
 
@@ -64,7 +64,8 @@ def _check_parts(parts) -> None:
 def book_map(*, parts=BOOK_PARTS) -> Figure:
     """Every chapter as a box (number, short title, minutes), one row per part, read downwards.
 
-    An arrow joins each part to the next: each chapter builds on the ones before it.
+    Arrows lead from each chapter to the next, in the order they are read: along each row, then
+    from a row's last chapter to the next row's first. The colours only tell the parts apart.
     """
     _check_parts(parts)
     widest = max(len(chapters) for _, chapters in parts)
@@ -80,7 +81,9 @@ def book_map(*, parts=BOOK_PARTS) -> Figure:
             x = _LEFT + column * (_BOX_W + _GAP)
             text = f"{number} {title}\n~{minutes} min"
             box(ax, x, y, _BOX_W, _BOX_H, text, color=colour, text_color=text_colour, fontsize=9)
+            if column > 0:
+                arrow(ax, (x - _GAP, y + _BOX_H / 2), (x, y + _BOX_H / 2))
         if row + 1 < len(parts):
-            start = (_LEFT + _BOX_W / 2, y)
-            arrow(ax, start, (start[0], y - (_ROW - _BOX_H)))
+            last = _LEFT + (len(chapters) - 1) * (_BOX_W + _GAP) + _BOX_W / 2
+            arrow(ax, (last, y), (_LEFT + _BOX_W / 2, y - (_ROW - _BOX_H)))
     return ax.figure

@@ -44,6 +44,14 @@ def _plain_panel(ax: Axes, x0: float, n_inputs: int, n_steps: int) -> None:
     for t in range(n_steps + 1):
         target = (_state_x(x0, t) + _BOX_W / 2, _STATE_Y)
         arrow(ax, (c_x + 0.6, _CONTEXT_Y + _BOX_H), target, color=ORANGE)
+    # c also feeds every output, y_t = softmax(W_o [s_t; c]): a branch off the line into s_t
+    # that passes s_t's right side
+    c_top = (c_x + 0.6, _CONTEXT_Y + _BOX_H)
+    for t in range(1, n_steps + 1):
+        x = _state_x(x0, t)
+        s_bottom = (x + _BOX_W / 2, _STATE_Y)
+        branch = tuple(a + 0.8 * (b - a) for a, b in zip(c_top, s_bottom, strict=True))
+        arrow(ax, branch, (x + _BOX_W / 2 + 0.15, 5.45), color=ORANGE, curve=0.75)
     label(ax, (x0 + 3.3, 3.55), "the same $c$ at every step", fontsize=9, background=True)
 
 
@@ -83,10 +91,10 @@ def _attention_panel(ax: Axes, x0: float, n_inputs: int, n_steps: int) -> None:
 def seq2seq_decoders(*, n_inputs: int = 4, n_steps: int = 3) -> Figure:
     """Chapter 1's two decoders side by side, over ``n_inputs`` annotations, ``n_steps`` steps.
 
-    Left: the plain encoder-decoder, whose decoder states s_t all read one summary c built
-    from the encoder's last states. Right: Bahdanau's decoder, where the previous state
-    s_{t-1} queries every annotation h_j and the weighted average c_t feeds step t's state
-    s_t and its output y_t.
+    Left: the plain encoder-decoder, whose decoder states s_t and outputs y_t all read one
+    summary c built from the encoder's last states. Right: Bahdanau's decoder, where the
+    previous state s_{t-1} queries every annotation h_j and the weighted average c_t feeds
+    step t's state s_t and its output y_t.
     """
     check_int("n_inputs", n_inputs)
     check_int("n_steps", n_steps)
