@@ -80,7 +80,8 @@ def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
             _fail(
                 f"{call}: row {row} reads too few blocks: top_k = {top_k} counts its own block, "
                 f"so a query keeps its own block plus its best top_k - 1 = {top_k - 1} earlier "
-                f"blocks (with the own block forced in, take the top {top_k} blocks, not {top_k - 1})"
+                f"blocks (with the own block forced in, take the top {top_k} blocks, "
+                f"not {top_k - 1})"
             )
         if torch.equal(mask, _choice_with_future_blocks(q, k, block_size, top_k)):
             wanted = expected[row].sum().item()
