@@ -1,8 +1,10 @@
 """Chapter 19's diagram: the keys one query reads under each method."""
 
 import matplotlib
+import numpy as np
 import pytest
 from helpers import figure_texts
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from attnbook.book.diagrams import indexer_flow, key_selection
 from attnbook.sparse.nsa import compressed_mask
@@ -66,3 +68,19 @@ def test_indexer_flow_draws_a_query_a_score_and_a_weight_per_head_and_one_shared
 def test_indexer_flow_refuses_head_counts_it_cannot_draw(n_heads):
     with pytest.raises(ValueError, match="n_heads"):
         indexer_flow(n_heads=n_heads)
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 3, 4])
+def test_indexer_flow_draws_no_arrow_behind_a_box(n_heads):
+    ax = indexer_flow(n_heads=n_heads).axes[0]
+    # each box's inside, in data units, less a margin for arrows that end on its edge
+    insides = [p.get_bbox().padded(-0.05) for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    for patch in ax.patches:
+        if not isinstance(patch, FancyArrowPatch):
+            continue
+        # get_path() is the arrow's line and head in data units
+        for line in patch.get_path().to_polygons(closed_only=False):
+            for start, end in zip(line[:-1], line[1:], strict=True):
+                for share in np.linspace(0, 1, 41):
+                    point = start + share * (end - start)
+                    assert not any(b.contains(*point) for b in insides), (n_heads, point)

@@ -829,6 +829,7 @@ WRONG_ANSWERS = {
         (lambda q, k, b, n: moba_choice(q, k, b, n, causal=False), "later in its own block"),
         (lambda q, k, b, n: moba_choice(q, k, b, n, own=False), "must read its own block"),
         (lambda q, k, b, n: moba_choice(q, k, b, n, extra=1), "top_k = 2 counts its own block"),
+        (lambda q, k, b, n: moba_choice(q, k, b, n, extra=-1), "too few blocks: top_k = 2 counts"),
         (lambda q, k, b, n: moba_choice(q, k, b, n, future=False), "a future block took one"),
     ],
     "check_recall": [

@@ -38,6 +38,11 @@ def _choice_with_future_blocks(q: Tensor, k: Tensor, block_size: int, top_k: int
     return chosen[:, block_of] & torch.ones(length, length, dtype=torch.bool).tril()
 
 
+def _moba_one_head(q: Tensor, k: Tensor, block_size: int, top_k: int) -> Tensor:
+    """MoBA's (T, T) mask for one head's (T, d) queries and keys."""
+    return moba_mask(q[None, None], k[None, None], block_size=block_size, top_k=top_k)[0, 0]
+
+
 @_checker
 def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
     """``fn(q (T, d), k (T, d), block_size, top_k)`` -> MoBA's (T, T) mask for one head."""
@@ -48,7 +53,7 @@ def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
         call = f"moba_choice(q ({length}, 4), k ({length}, 4), {block_size}, {top_k})"
         result = _call(fn, call, q.clone(), k.clone(), block_size, top_k)
         mask = _check_bool_mask(result, call, (length, length))
-        expected = moba_mask(q[None, None], k[None, None], block_size=block_size, top_k=top_k)[0, 0]
+        expected = _moba_one_head(q, k, block_size, top_k)
         if torch.equal(mask, expected):
             continue
         positions = torch.arange(length)
@@ -71,6 +76,13 @@ def check_moba_choice(fn: Callable[[Tensor, Tensor, int, int], Tensor]) -> None:
         reads = mask[row].sum().item()
         if mask[row, key] and reads > expected[row].sum().item():
             _fail(f"{call}: row {row} reads too many blocks: top_k = {top_k} counts its own block")
+        if top_k > 1 and torch.equal(mask, _moba_one_head(q, k, block_size, top_k - 1)):
+            _fail(
+                f"{call}: row {row} reads too few blocks: top_k = {top_k} counts its own block, "
+                f"so a query keeps its own block plus its best top_k - 1 = {top_k - 1} earlier "
+                f"blocks (with the own block forced in, take the top {top_k} blocks, "
+                f"not {top_k - 1})"
+            )
         if torch.equal(mask, _choice_with_future_blocks(q, k, block_size, top_k)):
             wanted = expected[row].sum().item()
             _fail(

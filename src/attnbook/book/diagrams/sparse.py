@@ -111,8 +111,12 @@ def indexer_flow(*, n_heads: int = 2) -> Figure:
         arrow(ax, (4.8, key_y + 0.8), (5.6, y), color=ORANGE)
         box(ax, 9.0, y, 1.5, 0.8, f"$\\times\\, w_{{t,{j}}}$", color=YELLOW)
         arrow(ax, (8.2, y + 0.4), (9.0, y + 0.4))
-        arrow(ax, (4.8, weight_y + 0.4), (9.0, y), color=YELLOW)
+        arrow(ax, (8.6, y + 0.15), (9.0, y + 0.15), color=YELLOW)
         arrow(ax, (10.5, y + 0.4), (11.2, mixed_y + 0.4))
+    # the weights run below the ReLU boxes, then up the gap before the multiplications
+    bus_y = weight_y + 0.4
+    arrow(ax, (4.8, bus_y), (8.6, bus_y), color=YELLOW, style="-")
+    arrow(ax, (8.6, bus_y), (8.6, head_y[0] + 0.15), color=YELLOW, style="-")
     box(ax, 11.2, mixed_y, 1.6, 0.8, "$\\sum_j$: $I_{t,s}$")
     box(ax, 13.5, mixed_y, 1.4, 0.8, "top $k$\nover $s$", fontsize=9)
     arrow(ax, (12.8, mixed_y + 0.4), (13.5, mixed_y + 0.4))
