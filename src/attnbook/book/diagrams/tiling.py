@@ -31,8 +31,8 @@ def tiling_grid(
     statistics of their row are blue, the ``current`` (row, column) tile orange, tiles still to
     come light, and tiles above the diagonal, which no query of their block may see, are
     hatched: skipped. Beside each row sit its running max m, sum l and output o; below, the
-    key/value blocks, the one being read light blue (the legend says so). The rows of queries are independent (FlashAttention-2's outer
-    loop); each walks along its key blocks.
+    key/value blocks, the one being read light blue (the legend says so). The rows of queries
+    are independent (FlashAttention-2's outer loop); each walks along its key blocks.
     """
     check_int("n_query_blocks", n_query_blocks)
     check_int("n_key_blocks", n_key_blocks)
