@@ -13,6 +13,7 @@ from attnbook.models.recall import (
     ShortConvAttention,
     accuracy_by_pairs,
     build_recall_model,
+    held_floats,
     load_recall_models,
     state_floats,
 )
@@ -55,6 +56,26 @@ def test_state_floats_count_the_linear_layers_only():
     assert state_floats(build_recall_model({**config, "n_heads": 4}, "AA")) == 0
     assert state_floats(build_recall_model({**config, "n_heads": 4}, "GA")) == 4 * 8 * 8
     assert state_floats(build_recall_model({**config, "n_heads": 1}, "GG")) == 2 * 32 * 32
+
+
+def test_held_floats_count_memory_normaliser_convolution_and_cache_by_hand():
+    config = {"d_model": 32, "n_layers": 4, "max_len": 32, "positions": "rope"}
+    # Gated DeltaNet: 4 heads of 8 x 8, and the last 3 inputs of its 96 convolved channels
+    gdn = held_floats(build_recall_model({**config, "n_heads": 4, "n_layers": 1}, "G"), 16)
+    assert gdn == {"memory": 256, "normaliser": 0, "convolution": 288, "kv_cache": 0}
+    # linear attention adds its normaliser z, one head of 32
+    linear = held_floats(build_recall_model({**config, "n_heads": 1, "n_layers": 1}, "L"), 16)
+    assert linear == {"memory": 1024, "normaliser": 32, "convolution": 288, "kv_cache": 0}
+    # softmax: K and V of 16 tokens, and the last 3 of the D inputs its convolution sees
+    hybrid = held_floats(build_recall_model({**config, "n_heads": 4}, "GGGA"), 16)
+    assert hybrid == {
+        "memory": 3 * 256,
+        "normaliser": 0,
+        "convolution": 3 * 288 + 3 * 32,
+        "kv_cache": 2 * 32 * 16,
+    }
+    with pytest.raises(ValueError, match="n_tokens"):
+        held_floats(build_recall_model({**config, "n_heads": 4, "n_layers": 1}, "G"), -1)
 
 
 def test_accuracy_by_pairs_measures_every_model_on_the_same_sequences():

@@ -153,6 +153,30 @@ def state_floats(model: TinyDecoder) -> int:
     )
 
 
+def held_floats(model: TinyDecoder, n_tokens: int) -> dict[str, int]:
+    """Floats the model keeps per sequence after ``n_tokens`` tokens, by kind, over all layers.
+
+    ``"memory"``: each linear layer's H d_head x d_head state; ``"normaliser"``: linear
+    attention's z (H d_head), absent from Gated DeltaNet; ``"convolution"``: the last
+    ``conv_kernel - 1`` inputs of every layer's short convolution (3D channels in a linear
+    layer, D before a softmax layer); ``"kv_cache"``: K and V, D each, of every token in each
+    softmax layer. Only the cache grows with ``n_tokens``.
+    """
+    check_int("n_tokens", n_tokens, low=0)
+    held = dict.fromkeys(("memory", "normaliser", "convolution", "kv_cache"), 0)
+    for kind, block in zip(model.layer_pattern, model.blocks, strict=True):
+        layer = block.attention
+        if kind == "A":
+            held["convolution"] += (layer.conv_kernel - 1) * layer.d_model
+            held["kv_cache"] += 2 * layer.d_model * n_tokens
+            continue
+        held["memory"] += layer.n_heads * layer.head_dim**2
+        held["convolution"] += (layer.conv_kernel - 1) * layer.conv.in_channels
+        if kind == "L":
+            held["normaliser"] += layer.n_heads * layer.head_dim
+    return held
+
+
 def _read_shipped(name: str) -> bytes:
     return read_shipped(name, RETRAIN)
 

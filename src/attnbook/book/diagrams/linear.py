@@ -181,9 +181,10 @@ def chunked_delta_rule(*, length: int = 12, chunk_size: int = 4) -> Figure:
     label(
         ax,
         (width / 2, 0.45),
-        "each chunk: a C x C lower-triangular system (I + diag(beta) M) U = ... "
-        "(diagonal: I, below it: M), all chunks at once;\n"
-        f"only the state S passes from chunk to chunk: {n_chunks} sequential steps "
+        "each chunk: a C x C lower-triangular system (I + diag(beta) M) (diagonal: I, "
+        "below it: M)\ngives U0 and W for every chunk at once; U = U0 - W S needs the "
+        "chunk's start state S,\n"
+        f"so only S passes from chunk to chunk: {n_chunks} sequential steps "
         "(T / C, rounded up)",
         fontsize=8.5,
     )
