@@ -21,12 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from attnbook.core._checks import (
-    broadcast_shape,
-    check_attention_inputs,
-    check_choice,
-    shape_of,
-)
+from attnbook.core._checks import broadcast_shape, check_attention_inputs, check_choice, shape_of
 from attnbook.core.attention import scaled_dot_product_attention
 from attnbook.core.memory import TensorMemoryMeter
 from attnbook.efficient.launcher import rank_device

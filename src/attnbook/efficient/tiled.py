@@ -23,12 +23,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from attnbook.core._checks import (
-    broadcast_shape,
-    check_attention_inputs,
-    check_floating,
-    check_int,
-)
+from attnbook.core._checks import broadcast_shape, check_attention_inputs, check_floating, check_int
 from attnbook.core.masks import ALIGNMENTS
 
 _NEG_INF = float("-inf")
