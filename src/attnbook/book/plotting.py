@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from cycler import cycler
 from matplotlib.axes import Axes
-from matplotlib.colors import ListedColormap
+from matplotlib.colors import Colormap, ListedColormap
 from matplotlib.figure import Figure
 
 from attnbook.core._checks import check_int
@@ -102,6 +102,18 @@ def _heatmap(
     return ax
 
 
+def _grey_blocked(values: np.ndarray, mask: object, layout: str) -> tuple[np.ndarray, Colormap]:
+    """``values`` with the entries a boolean ``mask`` blocks hidden, and the weights' colormap
+    that draws hidden entries light grey (``mask`` None: both unchanged)."""
+    cmap = plt.get_cmap(CMAP)
+    if mask is None:
+        return values, cmap
+    allowed = _allowed(mask, values.ndim, layout)
+    if allowed.shape != values.shape:
+        raise ValueError(f"mask: expected the weights' shape {values.shape}, got {allowed.shape}")
+    return np.ma.masked_where(~allowed, values), cmap.with_extremes(bad="lightgrey")
+
+
 def plot_attention(
     weights: torch.Tensor | np.ndarray,
     query_labels: Sequence[str] | None = None,
@@ -116,16 +128,8 @@ def plot_attention(
     With a (T, S) boolean ``mask`` (True = may attend), blocked entries are drawn in light grey,
     so a blocked pair can be told apart from an allowed one whose weight is 0.
     """
-    matrix = _as_array(weights, "weights", 2, "(T, S)")
-    options = {"cmap": CMAP, "vmin": 0.0}
-    if mask is not None:
-        allowed = _allowed(mask, 2, "(T, S)")
-        if allowed.shape != matrix.shape:
-            raise ValueError(
-                f"mask: expected the weights' shape {matrix.shape}, got {allowed.shape}"
-            )
-        matrix = np.ma.masked_where(~allowed, matrix)
-        options["cmap"] = plt.get_cmap(CMAP).with_extremes(bad="lightgrey")
+    matrix, cmap = _grey_blocked(_as_array(weights, "weights", 2, "(T, S)"), mask, "(T, S)")
+    options = {"cmap": cmap, "vmin": 0.0}
     return _heatmap(
         matrix,
         query_labels,
@@ -223,15 +227,7 @@ def plot_heads(
     (True = may attend), blocked entries are drawn in light grey, as in :func:`plot_attention`.
     """
     stack = _as_array(weights, "weights", 3, "(H, T, S); index a batch item first")
-    cmap = plt.get_cmap(CMAP)
-    if mask is not None:
-        allowed = _allowed(mask, 3, "(H, T, S)")
-        if allowed.shape != stack.shape:
-            raise ValueError(
-                f"mask: expected the weights' shape {stack.shape}, got {allowed.shape}"
-            )
-        stack = np.ma.masked_where(~allowed, stack)
-        cmap = cmap.with_extremes(bad="lightgrey")
+    stack, cmap = _grey_blocked(stack, mask, "(H, T, S)")
     n_heads, n_queries, n_keys = stack.shape
     if n_heads == 0:
         raise ValueError(f"weights: expected at least one head, got shape {stack.shape}")
