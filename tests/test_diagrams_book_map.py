@@ -67,3 +67,20 @@ def test_the_arrows_lead_from_each_chapter_to_the_next():
     arrows = [p for p in figure.axes[0].patches if isinstance(p, FancyArrowPatch)]
     assert len(arrows) == sum(len(chapters) for _, chapters in BOOK_PARTS) - 1
     plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    ("chapters", "stated"),
+    [
+        (None, "about 925 minutes"),
+        ("00 01 02 03 04 05 06", "(215 minutes)"),
+        ("00 02 03 04 05 06 08 09 16 17", "(400\nminutes)"),
+        ("00 02 03 04 05 06 12 13 14", "(330 minutes)"),
+    ],
+)
+def test_the_introduction_states_the_maps_reading_times(chapters, stated):
+    minutes = {number: m for _, part in BOOK_PARTS for number, _, m in part}
+    chosen = minutes if chapters is None else {n: minutes[n] for n in chapters.split()}
+    total = stated.strip("()").replace("about ", "").split()[0]
+    assert sum(chosen.values()) == int(total)
+    assert stated in (ROOT / "book/intro.md").read_text()

@@ -1,11 +1,11 @@
-"""Chapter 1's and chapter 3's diagrams: they render and carry the labels the chapters name."""
+"""Chapter 0's, 1's and 3's diagrams: they render and carry the labels the chapters name."""
 
 import matplotlib
 from helpers import figure_texts
 from matplotlib.colors import same_color
 from matplotlib.patches import FancyArrowPatch
 
-from attnbook.book.diagrams import self_attention_dataflow, seq2seq_decoders
+from attnbook.book.diagrams import attention_shapes, self_attention_dataflow, seq2seq_decoders
 from attnbook.book.diagrams._draw import ORANGE
 
 matplotlib.use("Agg")
@@ -41,4 +41,13 @@ def test_self_attention_dataflow_writes_every_shape():
         assert shape in joined
     assert joined.count("(T, S) = (5, 5)") == 2
     for step in ["$W_q$", "$W_k$", "$W_v$", "scores", "softmax", "weighted sum"]:
+        assert step in joined
+
+
+def test_attention_shapes_names_the_trace_steps_with_their_shapes():
+    joined = "\n".join(figure_texts(attention_shapes(T=3, S=5, d=4, d_v=2)))
+    for shape in ["(T, d) = (3, 4)", "(S, d) = (5, 4)", "(S, d_v) = (5, 2)", "(T, d_v) = (3, 2)"]:
+        assert shape in joined
+    assert joined.count("(T, S) = (3, 5)") == 2
+    for step in ["scores", "weights", "attended", "softmax"]:
         assert step in joined

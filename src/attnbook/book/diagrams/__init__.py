@@ -6,7 +6,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 """
 
 from attnbook.book.diagrams.book_map import book_map
-from attnbook.book.diagrams.dataflow import self_attention_dataflow
+from attnbook.book.diagrams.dataflow import attention_shapes, self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.kernel_memory import kernel_memory
@@ -29,6 +29,7 @@ from attnbook.book.diagrams.tiny_gpt import tiny_gpt_variants
 
 __all__ = [
     "attention_options",  # chapter 15
+    "attention_shapes",  # chapter 0
     "book_map",  # the introduction
     "block_tables",  # chapter 17
     "cache_versus_state",  # chapter 18

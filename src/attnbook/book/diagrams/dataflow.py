@@ -1,4 +1,5 @@
-"""Chapter 3's schematic: single-head self-attention's data flow, with the shape of each step."""
+"""Data-flow schematics with the shape of each step: attention itself (chapter 0) and
+single-head self-attention with its projections (chapter 3)."""
 
 from matplotlib.figure import Figure
 
@@ -34,4 +35,30 @@ def self_attention_dataflow(*, T: int = 6, D: int = 16, d_head: int = 8) -> Figu
     box(ax, 11.7, 0.9, 2.1, 1.3, output, color=LIGHT, fontsize=9)
     arrow(ax, (10.55, 2.9), (12.5, 2.2))
     arrow(ax, (5.6, 0.9), (11.7, 1.3))
+    return ax.figure
+
+
+def attention_shapes(*, T: int = 6, S: int = 6, d: int = 8, d_v: int = 1) -> Figure:
+    """Chapter 0's schematic: Q, K, V -> scores -> weights -> attended, each with its shape.
+
+    The three steps carry the names ``trace_shapes`` records (scores, weights, attended), so the
+    picture and the chapter's shape trace read the same way.
+    """
+    for name, value in [("T", T), ("S", S), ("d", d), ("d_v", d_v)]:
+        check_int(name, value)
+    ax = canvas(13.6, 4.6, inches_per_unit=0.62)
+    inputs = [("Q", f"(T, d) = ({T}, {d})", 3.3, BLUE), ("K", f"(S, d) = ({S}, {d})", 1.9, ORANGE)]
+    inputs.append(("V", f"(S, d_v) = ({S}, {d_v})", 0.2, GREEN))
+    for name, shape, y, color in inputs:
+        box(ax, 0.2, y, 2.2, 1.0, f"{name}\n{shape}", color=color, text_color="white", fontsize=9)
+    scores = "scores\n$QK^\\top / \\sqrt{d}$\n" + f"(T, S) = ({T}, {S})"
+    box(ax, 4.4, 2.4, 2.2, 1.4, scores, color=SKY, fontsize=9)
+    arrow(ax, (2.4, 3.8), (4.4, 3.4))
+    arrow(ax, (2.4, 2.4), (4.4, 2.8))
+    box(ax, 8.0, 2.5, 2.2, 1.2, f"weights\n(T, S) = ({T}, {S})", color=YELLOW, fontsize=9)
+    arrow(ax, (6.6, 3.1), (8.0, 3.1), "softmax\nover keys")
+    attended = f"attended\nweights @ V\n(T, d_v) = ({T}, {d_v})"
+    box(ax, 11.2, 0.6, 2.2, 1.4, attended, color=LIGHT, fontsize=9)
+    arrow(ax, (9.1, 2.5), (11.6, 2.0))
+    arrow(ax, (2.4, 0.7), (11.2, 1.0))
     return ax.figure
