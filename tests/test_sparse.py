@@ -378,7 +378,7 @@ def test_with_choice_reproduces_the_dense_moba_and_exact_models():
     torch.testing.assert_close(causal(tokens), dense(tokens))
     moba = build_sparse_model("moba").eval()
     load_dense_weights(moba, dense.state_dict())
-    probe = with_choice(dense, PROBES["MoBA: blocks of 2, q . mean key"])
+    probe = with_choice(dense, lambda q, k, w: moba_mask(q, k, block_size=2, top_k=2))
     torch.testing.assert_close(probe(tokens), moba(tokens))
     exact = build_sparse_model("indexer").eval()
     load_dense_weights(exact, dense.state_dict())
@@ -388,6 +388,12 @@ def test_with_choice_reproduces_the_dense_moba_and_exact_models():
     )
     torch.testing.assert_close(shared(tokens), exact(tokens))
     assert not torch.allclose(probe(tokens), dense(tokens))
+    single = with_choice(dense, PROBES["MoBA: blocks of 1, q . k"])
+    moba_single = build_sparse_model("moba").eval()
+    load_dense_weights(moba_single, dense.state_dict())
+    for block in moba_single.blocks:
+        block.attention.inner.block_size, block.attention.inner.top_k = 1, 4
+    torch.testing.assert_close(single(tokens), moba_single(tokens))
     with pytest.raises(ValueError, match="choose: expected a callable, got int"):
         with_choice(dense, 3)
 

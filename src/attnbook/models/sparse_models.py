@@ -136,7 +136,6 @@ def head_topk_mask(weights: Tensor, top_k: int) -> Tensor:
 # rules for with_choice, at most KEYS keys per query and head (the shared exact top 4 is the
 # indexer model's "exact" mode)
 PROBES = {
-    "MoBA: blocks of 2, q . mean key": lambda q, k, w: moba_mask(q, k, block_size=2, top_k=2),
     "blocks of 2, heaviest block": lambda q, k, w: heaviest_blocks_mask(w, block_size=2, top_k=2),
     "MoBA: blocks of 1, q . k": lambda q, k, w: moba_mask(q, k, block_size=1, top_k=KEYS),
     "each head's exact top 4": lambda q, k, w: head_topk_mask(w, KEYS),
