@@ -12,6 +12,10 @@ read at most ``KEYS = 4`` of up to 33 keys per query (or all of them, for dense)
 - ``indexer``: the dense model, a lightning indexer per layer warmed up to the dense attention
   (KL, everything else frozen), then sparse training over its top 4 tokens.
 
+:func:`with_choice` runs a trained dense model over the keys a rule picks, with no training
+(``PROBES``: the heaviest block of 2, MoBA with blocks of 1, each head's exact top 4), to
+measure what a selection rule alone costs.
+
 ``scripts/train_sparse_models.py`` trains them (two seeds) and writes ``data/sparse_models.pt``
 and its manifest; :func:`load_sparse_models` reads them back.
 """
