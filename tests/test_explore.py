@@ -342,3 +342,20 @@ def test_sparse_tensors_are_read_and_unreadable_ones_named():
         ValueError, match="weights: expected weights of at most 1e\\+12 .* got 1.0000001e\\+12"
     ):
         explore(torch.full((2, 2), 1.0000001e12, dtype=torch.float64), labels(2))
+
+
+def test_chapter_19_explorer_shows_each_methods_mask_offline():
+    # the masks explorer: one "head" per method, 1 = read, every row reading its own key
+    saved = explorer_outputs(ROOT / "book" / "19_sparse_attention.ipynb")
+    masks = [html for html in saved if "keys read, T = 16" in html]
+    assert len(masks) == 1, f"expected one masks explorer in chapter 19, found {len(masks)}"
+    assert "http" not in masks[0] and "<script src" not in masks[0]  # inline, offline
+    match = re.search(r'class="attnx-data">(.*?)</script>', masks[0], flags=re.S)
+    data = json.loads(match.group(1))
+    assert data["headLabels"][0].startswith("MoBA") and data["headLabels"][-1] == "dense causal"
+    assert any(label.startswith("NSA") for label in data["headLabels"])
+    weights = np.array(data["weights"]).reshape(data["heads"], 16, 16)
+    assert set(np.unique(weights)) <= {0, 1000}  # 1 = read, in thousandths
+    assert (np.triu(weights, 1) == 0).all()  # no method reads a future key
+    dense = weights[-1] / 1000
+    assert (dense == np.tril(np.ones((16, 16)))).all()

@@ -1,6 +1,7 @@
 """Attention that picks its keys (attnbook.sparse): every method equals dense attention under the
 mask of the keys it picked, in float64; gradients; empty selections; bad input refused."""
 
+import itertools
 import math
 
 import pytest
@@ -9,7 +10,15 @@ import torch
 from attnbook.core.attention import scaled_dot_product_attention
 from attnbook.core.heads import repeat_kv
 from attnbook.core.masks import causal_mask, sliding_window_mask
-from attnbook.models.sparse_models import build_sparse_model, load_dense_weights
+from attnbook.models.sparse_models import (
+    PROBES,
+    build_sparse_model,
+    head_topk_mask,
+    heaviest_blocks_mask,
+    load_dense_weights,
+    set_mode,
+    with_choice,
+)
 from attnbook.sparse.indexer import (
     LightningIndexer,
     dense_target,
@@ -357,6 +366,62 @@ def test_dense_weights_load_into_the_moba_model_whole():
     for block in moba.blocks:
         block.attention.inner.top_k = 17
     torch.testing.assert_close(moba(tokens), dense(tokens))
+
+
+def test_with_choice_reproduces_the_dense_moba_and_exact_models():
+    # the probe must be the model it claims: causal = dense, MoBA's rule = the MoBA layer with
+    # the dense weights, the shared top 4 = the indexer model's "exact" mode
+    torch.manual_seed(0)
+    dense = build_sparse_model("dense").eval()
+    tokens = torch.randint(0, 65, (3, 33))
+    causal = with_choice(dense, lambda q, k, w: causal_mask(q.size(2)))
+    torch.testing.assert_close(causal(tokens), dense(tokens))
+    moba = build_sparse_model("moba").eval()
+    load_dense_weights(moba, dense.state_dict())
+    probe = with_choice(dense, lambda q, k, w: moba_mask(q, k, block_size=2, top_k=2))
+    torch.testing.assert_close(probe(tokens), moba(tokens))
+    exact = build_sparse_model("indexer").eval()
+    load_dense_weights(exact, dense.state_dict())
+    set_mode(exact, "exact")
+    shared = with_choice(
+        dense, lambda q, k, w: selection_mask(topk_tokens(dense_target(w).log(), 4)[:, None], 33)
+    )
+    torch.testing.assert_close(shared(tokens), exact(tokens))
+    assert not torch.allclose(probe(tokens), dense(tokens))
+    single = with_choice(dense, PROBES["MoBA: blocks of 1, q . k"])
+    moba_single = build_sparse_model("moba").eval()
+    load_dense_weights(moba_single, dense.state_dict())
+    for block in moba_single.blocks:
+        block.attention.inner.block_size, block.attention.inner.top_k = 1, 4
+    torch.testing.assert_close(single(tokens), moba_single(tokens))
+    with pytest.raises(ValueError, match="choose: expected a callable, got int"):
+        with_choice(dense, 3)
+
+
+@pytest.mark.parametrize("block_size, top_k", [(2, 2), (3, 2), (2, 3), (4, 1)])
+def test_heaviest_blocks_mask_matches_a_plain_loop(block_size, top_k):
+    torch.manual_seed(block_size + top_k)
+    scores = torch.randn(2, 3, 11, 11, dtype=F64)
+    weights = scores.masked_fill(~causal_mask(11), float("-inf")).softmax(-1)
+    mask = heaviest_blocks_mask(weights, block_size=block_size, top_k=top_k)
+    for b, h, t in itertools.product(range(2), range(3), range(11)):
+        own = t // block_size
+        mass = [weights[b, h, t, j * block_size : (j + 1) * block_size].sum() for j in range(own)]
+        best = sorted(range(own), key=lambda j: -mass[j])[: top_k - 1]
+        expected = [s for s in range(t + 1) if s // block_size in [own, *best]]
+        assert mask[b, h, t].nonzero().flatten().tolist() == expected
+
+
+def test_head_topk_mask_reads_each_heads_heaviest_keys_causally():
+    torch.manual_seed(0)
+    scores = torch.randn(2, 3, 9, 9, dtype=F64)
+    weights = scores.masked_fill(~causal_mask(9), float("-inf")).softmax(-1)
+    mask = head_topk_mask(weights, 4)
+    assert not (mask & ~causal_mask(9)).any()
+    assert mask.sum(-1).tolist() == [[[min(t + 1, 4) for t in range(9)]] * 3] * 2
+    lightest_read = weights.masked_fill(~mask, float("inf")).amin(-1)  # (B, H, T)
+    heaviest_unread = weights.masked_fill(mask, 0.0).amax(-1)  # (B, H, T)
+    assert (lightest_read > heaviest_unread).all()
 
 
 def test_the_moba_layer_equals_moba_attention():

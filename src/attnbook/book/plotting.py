@@ -376,3 +376,44 @@ def plot_schedule(
     )
     useful.legend(loc="lower left", fontsize=8)
     return fig
+
+
+def plot_grouped_bars(
+    values: dict[str, Sequence[float]],
+    series: Sequence[str],
+    *,
+    xlabel: str = "",
+    title: str | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Horizontal bars, one group per row of ``values`` (top to bottom in its order), one bar
+    per entry of ``series`` within each group (in the Okabe-Ito colours), each bar labelled with
+    its value to 3 decimals. ``values`` maps a row name to one finite number per series."""
+    if not isinstance(values, dict) or not values:
+        raise ValueError(f"values: expected a non-empty dict of rows, got {values!r}")
+    if isinstance(series, str) or not series:
+        raise ValueError(f"series: expected a non-empty sequence of names, got {series!r}")
+    for name, row in values.items():
+        if len(row) != len(series) or not np.isfinite(np.asarray(row, dtype=float)).all():
+            raise ValueError(
+                f"values: row {name!r} needs {len(series)} finite numbers (one per series "
+                f"{list(series)}), got {list(row)!r}"
+            )
+    if ax is None:
+        height = 0.3 * len(values) * len(series) + 1.0
+        ax = plt.subplots(figsize=(8, height), layout="constrained")[1]
+    bar = 0.8 / len(series)
+    for i, name in enumerate(series):
+        centres = np.arange(len(values)) + (i - (len(series) - 1) / 2) * bar
+        heights = [row[i] for row in values.values()]
+        color = OKABE_ITO[i % len(OKABE_ITO)]
+        bars = ax.barh(centres, heights, height=bar, label=name, color=color)
+        ax.bar_label(bars, fmt="%.3f", padding=2, fontsize=8)
+    ax.set_yticks(range(len(values)), list(values))
+    ax.invert_yaxis()  # the first row on top
+    ax.set_xlabel(xlabel)
+    ax.margins(x=0.12)
+    if title is not None:
+        ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    return ax

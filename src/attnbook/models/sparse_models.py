@@ -12,6 +12,10 @@ read at most ``KEYS = 4`` of up to 33 keys per query (or all of them, for dense)
 - ``indexer``: the dense model, a lightning indexer per layer warmed up to the dense attention
   (KL, everything else frozen), then sparse training over its top 4 tokens.
 
+:func:`with_choice` runs a trained dense model over the keys a rule picks, with no training
+(``PROBES``: the heaviest block of 2, MoBA with blocks of 1, each head's exact top 4), to
+measure what a selection rule alone costs.
+
 ``scripts/train_sparse_models.py`` trains them (two seeds) and writes ``data/sparse_models.pt``
 and its manifest; :func:`load_sparse_models` reads them back.
 """
@@ -20,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnbook.core.masks import causal_mask
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.shipped import (
     check_sha256,
@@ -29,7 +34,9 @@ from attnbook.models.shipped import (
     read_state_dict,
 )
 from attnbook.sparse.indexer import dense_target, topk_recall, topk_tokens
-from attnbook.sparse.layers import IndexedSparseAttention, MoBASelfAttention
+from attnbook.sparse.layers import ChosenKeysAttention, IndexedSparseAttention, MoBASelfAttention
+from attnbook.sparse.moba import moba_mask
+from attnbook.sparse.topk import selection_mask
 
 WEIGHTS = "sparse_models.pt"
 MANIFEST = "sparse_models.json"
@@ -86,6 +93,57 @@ def build_sparse_model(kind: str) -> TinyDecoder:
     for block in model.blocks:
         block.attention = BlockAttention(layer(d_model, n_heads, **SELECTION[kind]))
     return model
+
+
+def with_choice(dense: TinyDecoder, choose) -> TinyDecoder:
+    """A copy of the trained ``dense`` model whose every layer reads only the keys ``choose`` marks.
+
+    ``choose(q, k, weights)`` as in :class:`attnbook.sparse.layers.ChosenKeysAttention`; the
+    copy is in eval mode and untrained: it measures what the rule alone costs the dense model.
+    """
+    model = TinyDecoder(**MODEL_CONFIG)
+    d_model, n_heads = MODEL_CONFIG["d_model"], MODEL_CONFIG["n_heads"]
+    for block in model.blocks:
+        block.attention = BlockAttention(ChosenKeysAttention(d_model, n_heads, choose))
+    load_dense_weights(model, dense.state_dict())
+    return model.eval()
+
+
+def heaviest_blocks_mask(weights: Tensor, *, block_size: int, top_k: int) -> Tensor:
+    """MoBA's mask with the best gate there is: (B, H, T, S) dense weights -> (B, H, T, S) bool.
+
+    Per head and query: the own block up to the query, plus the ``top_k - 1`` earlier blocks
+    that hold the most of that head's dense weight (MoBA ranks them by q . mean key instead).
+    """
+    query_len, key_len = weights.shape[-2:]
+    key_block = torch.arange(key_len, device=weights.device) // block_size  # (S,)
+    n_blocks = int(key_block[-1]) + 1
+    shape = (*weights.shape[:-1], n_blocks)
+    mass = weights.new_zeros(shape).index_add_(-1, key_block, weights)  # (B, H, T, n_blocks)
+    own = torch.arange(query_len, device=weights.device)[:, None] // block_size  # (T, 1)
+    block = torch.arange(n_blocks, device=weights.device)  # (n_blocks,)
+    mass = mass.masked_fill(block > own, -1.0).masked_fill(block == own, 2.0)
+    best = mass.topk(min(top_k, n_blocks), dim=-1)  # (B, H, T, top_k): own block first
+    blocks = torch.where(best.values >= 0, best.indices, -1)  # -1: no earlier block left
+    chosen = selection_mask(blocks, n_blocks)  # (B, H, T, n_blocks)
+    return chosen[..., key_block] & causal_mask(query_len, device=weights.device)
+
+
+def head_topk_mask(weights: Tensor, top_k: int) -> Tensor:
+    """Each head's own top ``top_k`` keys by its dense weight: (B, H, T, S) -> (B, H, T, S) bool."""
+    scores = weights.masked_fill(weights == 0, float("-inf"))  # unread (future) keys: never
+    best = scores.topk(min(top_k, weights.size(-1)), dim=-1)  # (B, H, T, top_k)
+    indices = torch.where(best.values > float("-inf"), best.indices, -1)
+    return selection_mask(indices, weights.size(-1))
+
+
+# rules for with_choice, at most KEYS keys per query and head (the shared exact top 4 is the
+# indexer model's "exact" mode)
+PROBES = {
+    "blocks of 2, heaviest block": lambda q, k, w: heaviest_blocks_mask(w, block_size=2, top_k=2),
+    "MoBA: blocks of 1, q . k": lambda q, k, w: moba_mask(q, k, block_size=1, top_k=KEYS),
+    "each head's exact top 4": lambda q, k, w: head_topk_mask(w, KEYS),
+}
 
 
 def load_dense_weights(model: TinyDecoder, dense_state: dict[str, Tensor]) -> None:

@@ -116,3 +116,26 @@ class IndexedSparseAttention(_Projections):
         if self.mode == "sparse":
             self.indexer_loss = indexer_kl_loss(scores, dense_target(dense), chosen[:, 0])
         return self._finish(*attend(q, k, v, chosen, need_weights=need_weights))
+
+
+class ChosenKeysAttention(_Projections):
+    """Causal self-attention over the keys a rule ``choose(q, k, weights)`` marks: a probe.
+
+    ``choose`` receives the heads' queries and keys (B, H, T, d_head) and the layer's dense
+    causal weights (B, H, T, S, computed without gradient) and returns a boolean mask that
+    broadcasts to (B, H, T, S), True = read. Loaded with a trained dense layer's weights, it
+    measures what a selection rule costs that model with no training at all.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, choose):
+        super().__init__(d_model, n_heads)
+        if not callable(choose):
+            raise ValueError(f"choose: expected a callable, got {type(choose).__name__}")
+        self.choose = choose
+
+    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        q, k, v = self._heads(x)  # (B, H, T, d_head) each
+        with torch.no_grad():
+            dense = scaled_dot_product_attention(q, k, v, is_causal=True)[1]  # (B, H, T, S)
+            mask = self.choose(q, k, dense)  # broadcasts to (B, H, T, S)
+        return self._finish(*attend(q, k, v, mask, need_weights=need_weights))
