@@ -33,6 +33,15 @@ def largest_length(budget, n_heads, size):
     return math.isqrt(budget // (n_heads * size))
 
 
+def zero_query_output(x, W_v):  # ch03
+    values = x @ W_v  # (B, S, d_head)
+    return values.mean(dim=1, keepdim=True).expand_as(values)
+
+
+def is_equivariant(attention, x, permutation):  # ch03
+    return torch.allclose(attention(x[:, permutation]), attention(x)[:, permutation], atol=1e-6)
+
+
 def prefix_lm_mask(T, P):
     return causal_mask(T) | (torch.arange(T) < P)
 
@@ -346,6 +355,8 @@ SOLUTIONS = {
     "check_concat_scores": concat_scores,
     "check_scale_for": scale_for,
     "check_largest_length": largest_length,
+    "check_zero_query_output": zero_query_output,
+    "check_is_equivariant": is_equivariant,
     "check_prefix_lm_mask": prefix_lm_mask,
     "check_head_projection": head_projection,
     "check_without_head": without_head,

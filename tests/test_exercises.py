@@ -464,6 +464,23 @@ WRONG_ANSWERS = {
         (lambda b, H, size: math.isqrt(b // (H * size * size)), "fits too"),
         (lambda b, H, size: math.isqrt(b // size), "more than the 1,073,741,824 budgeted"),
     ],
+    "check_zero_query_output": [
+        (lambda x, W_v: x @ W_v, "each token's own value"),
+        (lambda x, W_v: (x @ W_v).sum(1, keepdim=True).expand(*x.shape[:2], -1), "the sum of"),
+        (lambda x, W_v: (x @ W_v).mean(dim=1, keepdim=True), "expected (B, T, d_head)"),
+        (lambda x, W_v: (x @ W_v).mean(dim=0, keepdim=True).expand(x.size(0), -1, -1), "differs"),
+        (lambda x, W_v: x.mean(dim=1, keepdim=True) @ W_v, "expected (B, T, d_head)"),
+    ],
+    "check_is_equivariant": [
+        (lambda f, x, p: True, "returned True, expected False"),
+        (lambda f, x, p: torch.allclose(f(x[:, p]), f(x)), "shuffle the input, then compare"),
+        (
+            lambda f, x, p: torch.allclose(f(x[:, p]), f(x)[:, p.argsort()]),
+            "shuffle the input, then compare",
+        ),
+        (lambda f, x, p: torch.allclose(f(x)[:, p], f(x)), "returned False, expected True"),
+        (lambda f, x, p: (f(x[:, p]) - f(x)[:, p]).abs().max(), "should return True or False"),
+    ],
     "check_prefix_lm_mask": [
         (
             lambda T, P: causal_mask(T),

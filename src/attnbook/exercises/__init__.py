@@ -19,7 +19,11 @@ from attnbook.exercises._common import ExerciseError
 from attnbook.exercises.ch00 import check_window_mask
 from attnbook.exercises.ch01 import check_attention_parameter_count
 from attnbook.exercises.ch02 import check_concat_scores, check_scale_for
-from attnbook.exercises.ch03 import check_largest_length
+from attnbook.exercises.ch03 import (
+    check_is_equivariant,
+    check_largest_length,
+    check_zero_query_output,
+)
 from attnbook.exercises.ch04 import check_prefix_lm_mask
 from attnbook.exercises.ch05 import check_head_projection, check_without_head
 from attnbook.exercises.ch06 import check_repeat_kv
@@ -81,6 +85,8 @@ __all__ = [
     "check_head_projection",
     "check_induction_share",
     "check_largest_length",
+    "check_is_equivariant",
+    "check_zero_query_output",
     "check_latent_scores",
     "check_merge_partials",
     "check_moba_choice",
