@@ -261,3 +261,91 @@ def test_load_circuit_models_refuses_changed_weights(monkeypatch):
     monkeypatch.setattr(circuits, "read_shipped", tampered)
     with pytest.raises(ValueError, match=r"circuit_models.pt: sha256 .* differs"):
         circuits.load_circuit_models()
+
+
+def test_composition_measurements_remove_heads_from_the_named_inputs_only():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = periodic_batch(torch.full((4,), 8), torch.Generator().manual_seed(3))
+    plain = circuits.circuit_measurements(model, tokens, 8)
+    nothing = circuits.composition_measurements(model, tokens, 8, [], ("key",))
+    assert nothing["loss_repeated"] == pytest.approx(plain["loss_repeated"], abs=1e-5)
+    torch.testing.assert_close(nothing["induction"], plain["induction"][1])
+    # queries and keys without heads 0 and 2: layer 1's weights as under the gates
+    gates = torch.ones(2, 4)
+    gates[0, [0, 2]] = 0.0
+    gated = circuits.circuit_measurements(model, tokens, 8, head_mask=gates)
+    both = circuits.composition_measurements(model, tokens, 8, [0, 2], ("query", "key"))
+    torch.testing.assert_close(both["induction"], gated["induction"][1])
+    # the stream to the logits keeps the heads, so the loss is not the gated one
+    assert abs(both["loss_repeated"] - gated["loss_repeated"]) > 1e-4
+    # values do not change the weights; keys alone do
+    values = circuits.composition_measurements(model, tokens, 8, [0, 2], ("value",))
+    torch.testing.assert_close(values["induction"], plain["induction"][1])
+    assert abs(values["loss_repeated"] - plain["loss_repeated"]) > 1e-4
+    keys = circuits.composition_measurements(model, tokens, 8, [0, 2], ("key",))
+    assert not torch.allclose(keys["induction"], plain["induction"][1])
+
+
+@pytest.mark.parametrize(
+    ("heads", "inputs", "message"),
+    [
+        ([0], "key", r"inputs: expected a tuple of names from .* got 'key'"),
+        ([0], ("keys",), r"inputs: expected a tuple of names .* got \('keys',\)"),
+        ([4], ("key",), r"heads: expected layer-0 head indices in \[0, 4\), got \[4\]"),
+        ([-1], ("key",), r"heads: expected .* got \[-1\]"),
+    ],
+)
+def test_composition_measurements_refuse_bad_arguments(heads, inputs, message):
+    model = circuits.build_circuit_model().eval()
+    tokens = periodic_batch(torch.full((2,), 8), torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match=message):
+        circuits.composition_measurements(model, tokens, 8, heads, inputs)
+
+
+def test_ov_logits_match_the_head_attending_to_one_token():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    block = model.blocks[1]
+    found = circuits.ov_logits(model, 1, 2, VOCAB_SIZE)
+    assert found.shape == (VOCAB_SIZE, VOCAB_SIZE + 1)
+    # a one-token sequence attends to itself with weight 1; gate every other head off
+    embedded = model.token_embedding.weight[:VOCAB_SIZE] + model.position_embedding.weight.mean(0)
+    gates = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    with torch.no_grad():
+        written, _ = block.attention(
+            block.attention_norm(embedded)[:, None], is_causal=True, head_mask=gates
+        )  # (N, 1, D)
+        written = written[:, 0].double() - block.attention.out_proj.bias.double()
+        centred = written - written.mean(dim=-1, keepdim=True)
+        expected = (centred * model.final_norm.weight.double()) @ model.lm_head.weight.double().T
+    torch.testing.assert_close(found.double(), expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("layer", "head", "n_tokens", "message"),
+    [
+        (2, 0, 64, r"layer, head: expected a layer in \[0, 2\) .* got layer = 2, head = 0"),
+        (0, 4, 64, r"layer, head: .* head in \[0, 4\), got layer = 0, head = 4"),
+        (0, 0, 0, r"n_tokens: expected 1 \.\. 65, got 0"),
+        (0, 0, 66, r"n_tokens: expected 1 \.\. 65, got 66"),
+    ],
+)
+def test_ov_logits_refuse_bad_arguments(layer, head, n_tokens, message):
+    model = circuits.build_circuit_model().eval()
+    with pytest.raises(ValueError, match=message):
+        circuits.ov_logits(model, layer, head, n_tokens)
+
+
+def test_shipped_induction_heads_compose_through_keys_and_copy():
+    models, manifest = circuits.load_circuit_models()
+    final = models[f"random/{manifest['training']['steps']}"]
+    evaluation = periodic_batch(
+        torch.full((64,), 16), torch.Generator().manual_seed(manifest["evaluation"]["seed"])
+    )
+    keys = circuits.composition_measurements(final, evaluation, 16, [0, 2], ("key",))
+    queries = circuits.composition_measurements(final, evaluation, 16, [0, 2], ("query",))
+    assert keys["induction"].max() < 0.15 and queries["induction"].min() > 0.6
+    for head in range(4):
+        rows = circuits.ov_logits(final, 1, head, VOCAB_SIZE)[:, :VOCAB_SIZE]
+        assert (rows.argmax(dim=-1) == torch.arange(VOCAB_SIZE)).float().mean() > 0.7

@@ -179,6 +179,95 @@ def circuit_measurements(
     }
 
 
+COMPOSITION_INPUTS = ("query", "key", "value")
+
+
+@torch.no_grad()
+def composition_measurements(
+    model: TinyDecoder,
+    tokens: Tensor,
+    period: int,
+    heads: list[int],
+    inputs: tuple[str, ...],
+) -> dict[str, float | Tensor]:
+    """Layer 0's ``heads`` removed from some of layer 1's inputs only: which side composes.
+
+    Layer 1 reads the residual stream three times, for its queries, keys and values. Here
+    the stream layer 1 reads for each name in ``inputs`` (a subset of ``"query"``, ``"key"``,
+    ``"value"``) lacks layer 0's ``heads`` (gated off as in :func:`gated_forward`); its other
+    inputs, and the stream that carries on to the logits, keep them. Returns
+    ``loss_repeated`` (as in :func:`circuit_measurements`) and ``induction``, layer 1's
+    induction score per head (H,), on ``tokens`` (B, T) that repeat with ``period``.
+    """
+    unknown = [name for name in inputs if name not in COMPOSITION_INPUTS]
+    if isinstance(inputs, str) or unknown:
+        raise ValueError(
+            f"inputs: expected a tuple of names from {COMPOSITION_INPUTS}, got {inputs!r}"
+        )
+    first, second = model.blocks[0], model.blocks[1]
+    n_heads = first.attention.n_heads
+    if any(not isinstance(h, int) or not 0 <= h < n_heads for h in heads):
+        raise ValueError(f"heads: expected layer-0 head indices in [0, {n_heads}), got {heads}")
+    positions = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)  # (B, T)
+    x = model.embed_at(tokens, positions)  # (B, T, D)
+    gates = torch.ones(n_heads, dtype=x.dtype, device=x.device)  # (H,)
+    gates[list(heads)] = 0.0
+    stream = first(x)  # (B, T, D): after layer 0, every head
+    kept = second.attention_norm(stream)  # (B, T, D): layer 1's input, every head
+    removed = second.attention_norm(first(x, head_mask=gates))  # (B, T, D): without heads
+    query, key, value = (removed if name in inputs else kept for name in COMPOSITION_INPUTS)
+    attended, weights = second.attention(
+        query, key, value, is_causal=True, need_weights=True
+    )  # (B, T, D), (B, H, T, T)
+    x = stream + attended  # (B, T, D): the stream itself keeps every layer-0 head
+    if second.mlp is not None:
+        x = x + second.mlp(second.mlp_norm(x))  # (B, T, D)
+    for block in model.blocks[2:]:
+        x = block(x)  # (B, T, D)
+    logits = model.lm_head(model.final_norm(x))  # (B, T, V)
+    losses = F.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # (B, T - 1)
+    return {
+        "loss_repeated": losses[:, period + 1 :].mean().item(),
+        "induction": induction_score(weights[..., 1:, 1:], period).mean(dim=0),  # (H,)
+    }
+
+
+@torch.no_grad()
+def ov_logits(model: TinyDecoder, layer: int, head: int, n_tokens: int) -> Tensor:
+    """What one head writes when it attends to token a: logits (n_tokens, V), row a.
+
+    The head's value and output projections applied to token a's embedding (plus the mean
+    position embedding, normalised as the layer normalises its input), then the final
+    LayerNorm's centring and scale and the unembedding: the head's OV circuit read as logits
+    (Elhage et al., 2021), for tokens ``0 .. n_tokens - 1``. A copying head puts the largest
+    entry of row a in column a. It leaves out what earlier layers add to the stream and the
+    final LayerNorm's division by the stream's spread (one positive factor per position,
+    which keeps each row's order), so it describes the head's weights, not a forward pass.
+    """
+    if not 0 <= layer < len(model.blocks) or not 0 <= head < model.n_heads:
+        raise ValueError(
+            f"layer, head: expected a layer in [0, {len(model.blocks)}) and a head in "
+            f"[0, {model.n_heads}), got layer = {layer}, head = {head}"
+        )
+    if not 1 <= n_tokens <= model.vocab_size:
+        raise ValueError(f"n_tokens: expected 1 .. {model.vocab_size}, got {n_tokens}")
+    block = model.blocks[layer]
+    attention = block.attention
+    head_dim = attention.head_dim
+    embedded = model.token_embedding.weight[:n_tokens]  # (N, D)
+    if model.position_embedding is not None:
+        embedded = embedded + model.position_embedding.weight.mean(dim=0)  # (N, D)
+    values = attention.v_proj(block.attention_norm(embedded))  # (N, H_kv * d_head)
+    kv_head = head // (attention.n_heads // attention.n_kv_heads)
+    value = values[:, kv_head * head_dim : (kv_head + 1) * head_dim]  # (N, d_head)
+    out_weight = attention.out_proj.weight[:, head * head_dim : (head + 1) * head_dim]
+    written = value @ out_weight.T  # (N, D): what the head adds to the stream
+    centred = written - written.mean(dim=-1, keepdim=True)  # (N, D)
+    return (centred * model.final_norm.weight) @ model.lm_head.weight.T  # (N, V)
+
+
 def _read_shipped(name: str) -> bytes:
     return read_shipped(name, REGENERATE)
 

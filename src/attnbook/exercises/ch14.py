@@ -106,12 +106,18 @@ def _head_scores(model: TinyDecoder) -> dict[str, Tensor]:
 
 
 @functools.cache
-def _mysteries() -> tuple[tuple[TinyDecoder, dict[str, Tensor]], ...]:
-    """The mystery models and their heads' scores, computed once per session."""
+def _mysteries() -> tuple[TinyDecoder, ...]:
+    """The mystery models, built once per session."""
     models, manifest = load_circuit_models()
     trained = models[f"random/{manifest['training']['steps']}"]
-    mysteries = [_mystery_model(trained, seed) for seed in range(len(_MYSTERY_SWITCHED_OFF))]
-    return tuple((mystery, _head_scores(mystery)) for mystery in mysteries)
+    return tuple(_mystery_model(trained, seed) for seed in range(len(_MYSTERY_SWITCHED_OFF)))
+
+
+@functools.cache
+def _mystery_scores(seed: int) -> dict[str, Tensor]:
+    """Mystery model ``seed``'s head scores, computed once per session, and only once a
+    reader's function has answered (a stub that raises never pays for them)."""
+    return _head_scores(_mysteries()[seed])
 
 
 def _as_good_as_best(scores: Tensor, head: int) -> bool:
@@ -157,10 +163,11 @@ def check_find_circuit(fn: Callable[[TinyDecoder], tuple]) -> None:
     heads stand clearly apart. Heads nearly tied are equally good: a head whose score is
     within TOLERANCE of the best at some period from 4 to 16 is accepted.
     """
-    for seed, (model, scores) in enumerate(_mysteries()):
+    for seed, model in enumerate(_mysteries()):
         mystery = copy.deepcopy(model)  # the reader's function may change its model
         call = f"find_circuit(mystery model {seed})"
         answer = _call(fn, call, mystery)
+        scores = _mystery_scores(seed)
         if not isinstance(answer, tuple | list) or len(answer) != 2:
             _fail(f"{call} should return two head numbers (previous, induction), got {answer!r}")
         got = [a.item() if torch.is_tensor(a) and a.numel() == 1 else a for a in answer]
