@@ -5,7 +5,9 @@ tokens label the axes, and a colorbar gives the scale. Weights (:func:`plot_atte
 viridis, which reads in greyscale and for colour-blind readers; raw scores (:func:`plot_scores`)
 use a diverging red-blue scale centred on zero, since they can be negative; boolean masks
 (:func:`plot_mask`) use two colours. :func:`plot_schedule` draws a serving engine's batching
-schedule: requests as rows, decoding steps as columns.
+schedule: requests as rows, decoding steps as columns. :func:`plot_cache_budget` draws how a
+batch's KV cache grows against a memory budget, and :func:`plot_grouped_bars` sets results side
+by side as labelled bars.
 
 :func:`use_book_style` gives every figure of the book one look: readable font sizes and the
 Okabe-Ito line colours, which stay distinct for colour-blind readers and contain no grey (the
@@ -417,3 +419,45 @@ def plot_grouped_bars(
         ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     return ax
+
+
+def plot_cache_budget(
+    bytes_per_sequence: dict[str, int], memory_bytes: int, memory_label: str, max_sequences: int
+) -> Figure:
+    """Draw each model's KV cache against the number of sequences in a batch, and a budget.
+
+    ``bytes_per_sequence`` maps a model's name to the bytes one sequence caches; each model is
+    a straight line of GiB against 0 to ``max_sequences`` sequences, with a dot where it
+    reaches ``memory_bytes`` (a grey dashed line labelled ``memory_label``) and the number of
+    whole sequences that fit, ``memory_bytes // bytes``, in its legend entry. Models that
+    cache the same bytes share one line, their names joined by "and".
+    """
+    check_int("memory_bytes", memory_bytes)
+    check_int("max_sequences", max_sequences)
+    if not isinstance(bytes_per_sequence, dict) or not bytes_per_sequence:
+        raise ValueError(
+            f"bytes_per_sequence: expected a non-empty dict of name -> bytes, "
+            f"got {bytes_per_sequence!r}"
+        )
+    for name, size in bytes_per_sequence.items():
+        check_int(f"bytes_per_sequence[{name!r}]", size)
+    same_size: dict[int, list[str]] = {}  # models that cache alike share one line
+    for name, size in bytes_per_sequence.items():
+        same_size.setdefault(size, []).append(name)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    sequences = np.array([0, max_sequences])
+    for size, names in same_size.items():
+        fit = memory_bytes // size
+        label = f"{' and '.join(names)}: {fit} fit"
+        (line,) = ax.plot(sequences, sequences * size / 2**30, label=label)
+        if fit <= max_sequences:
+            ax.plot([fit], [fit * size / 2**30], "o", color=line.get_color())
+    ax.axhline(memory_bytes / 2**30, color="grey", linestyle="--", label=memory_label)
+    ax.set(
+        xlim=(0, max_sequences),
+        ylim=(0, 1.5 * memory_bytes / 2**30),
+        xlabel="sequences in the batch",
+        ylabel="KV cache (GiB)",
+    )
+    ax.legend(loc="lower right", fontsize=9)
+    return fig
