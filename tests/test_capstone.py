@@ -188,3 +188,20 @@ def test_exercise_3s_solution_finds_the_start_of_word_heads(loaded, split):
     assert [round(v, 2) for v in found[1, 1:3].tolist()] == [0.25, 0.23]
     assert found[1].argmax().item() == 1 and (found[1, 1:3] / uniform[1, 1:3] > 4.5).all()
     assert round(found[0, 0].item(), 2) == 0.17 and found[0, 0] / uniform[0, 0] < 4
+
+
+def test_layer_0s_heads_read_one_and_two_characters_back(loaded, split):
+    """The numbers chapter 12 quotes for layer 0's heads of the shipped MHA model."""
+    _, _, validation_ids = split
+    block_size = capstone.MODEL["max_len"]
+    windows = validation_ids[: 16 * block_size].view(16, block_size)  # (B, T)
+    with torch.no_grad():
+        weights = loaded.models["MHA"].attention_weights(windows)  # (L, B, H, T, T)
+    # (L, H) for k = 1, 2: mean weight on the key k characters back
+    back = [weights.diagonal(offset=-k, dim1=-2, dim2=-1).mean(dim=(1, 3)) for k in (1, 2)]
+    uniform_two_back = (1 / torch.arange(3, block_size + 1)).mean().item()
+    assert [round(v, 2) for v in back[0][0].tolist()] == [0.74, 0.16, 0.32, 0.45]
+    assert back[0].argmax().item() == 0  # layer 0, head 0: the previous-character head
+    two_back = back[1][0] / uniform_two_back  # (H,): layer 0, against uniform attention
+    assert two_back.argmax().item() == 3 and round(two_back[3].item(), 1) == 3.4
+    assert round(back[1][0, 3].item(), 2) == 0.18 and round(uniform_two_back, 2) == 0.05
