@@ -23,7 +23,6 @@ from exercise_answers import (
     concat_scores,
     delta_rows,
     delta_rule_step,
-    erase_gain,
     find_circuit,
     flash_exp2,
     gather_keys,
