@@ -308,9 +308,8 @@ def delta_rule_step(state, k, v, alpha, beta):  # ch18
     return alpha * state + beta * torch.outer(k, v - alpha * state.T @ k)
 
 
-def chunk_decays(alpha):  # ch18
-    gamma = alpha.cumprod(0)
-    return torch.tril(gamma[:, None] / gamma[None, :])
+def erase_gain(norm, beta):  # ch18
+    return max(1.0, abs(1 - beta * norm**2))
 
 
 def orthonormal_keys(count, d_k, generator):  # ch18
@@ -387,7 +386,7 @@ SOLUTIONS = {
     "check_beam_blocks": beam_blocks,
     "check_block_hashes": block_hashes,
     "check_delta_rule_step": delta_rule_step,
-    "check_chunk_decays": chunk_decays,
+    "check_erase_gain": erase_gain,
     "check_orthonormal_keys": orthonormal_keys,
     "check_moba_choice": moba_choice,
     "check_recall": recall,

@@ -20,7 +20,6 @@ from exercise_answers import (
     cache_bytes_per_token,
     causal_flash,
     causal_tile_kind,
-    chunk_decays,
     concat_scores,
     delta_rows,
     delta_rule_step,
@@ -399,17 +398,6 @@ def only_same_start_is_diagonal(start_m, start_n, block_m, block_n):  # ch16
     if start_n == start_m:
         return "diagonal"
     return "full" if start_n < start_m else "skip"
-
-
-def inclusive_decays(alpha):  # ch18: decays key i's own write by alpha_i too
-    gamma = alpha.cumprod(0)
-    previous = torch.cat([torch.ones(1, dtype=alpha.dtype), gamma[:-1]])
-    return torch.tril(gamma[:, None] / previous[None, :])
-
-
-def exclusive_decays(alpha):  # ch18: gamma_t stops at alpha_(t-1)
-    gamma = torch.cat([torch.ones(1, dtype=alpha.dtype), alpha.cumprod(0)[:-1]])
-    return torch.tril(gamma[:, None] / gamma[None, :])
 
 
 def overlapping_keys(count, d_k, generator):  # ch18: unit rows, not orthogonal
@@ -820,17 +808,13 @@ WRONG_ANSWERS = {
             "you decayed after writing",
         ),
     ],
-    "check_chunk_decays": [
-        (lambda a: chunk_decays(a).T, "rows are queries t"),
-        (lambda a: chunk_decays(a).tril(-1), "the diagonal must be 1"),
-        (inclusive_decays, "decays by alpha_(i+1) ... alpha_t only"),
-        (
-            lambda a: a.cumprod(0)[:, None] / a.cumprod(0)[None, :] * torch.inf,
-            "found inf or NaN",
-        ),
-        (lambda a: a.cumprod(0)[:, None] / a.cumprod(0)[None, :], "above the diagonal must be 0"),
-        (lambda a: (a.cumprod(0)[:, None] * a.cumprod(0)[None, :]).tril(), "divide, do not"),
-        (exclusive_decays, "an inclusive cumprod"),
+    "check_erase_gain": [
+        (lambda n, b: 1 - b * n**2, "can be negative"),
+        (lambda n, b: abs(1 - b * n**2), "never below 1"),
+        (lambda n, b: max(1.0, abs(1 - b * n)), "square of the key's length"),
+        (lambda n, b: torch.ones(2), "one number"),
+        (lambda n, b: "1", "should return a number"),
+        (lambda n, b: 1.0, "expected 8"),
     ],
     "check_orthonormal_keys": [
         (overlapping_keys, "have unit length but overlap"),

@@ -14,6 +14,7 @@ from attnbook.models.recall import (
     accuracy_by_pairs,
     build_recall_model,
     held_floats,
+    last_softmax_weights,
     load_recall_models,
     state_floats,
 )
@@ -118,3 +119,22 @@ def test_the_gated_deltanet_layers_start_with_a_long_memory():
     model = build_recall_model(config, "GA")
     alpha, _ = model.blocks[0].attention.gates(torch.randn(2, 8, 16))  # (B, H, T)
     assert alpha.min() > 0.97
+
+
+def test_last_softmax_weights_are_the_explicit_paths_of_the_last_softmax_layer():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 2, "max_len": 16, "positions": "none"}
+    model = build_recall_model(config, "AA").double()
+    tokens = torch.randint(0, 64, (3, 12))
+    weights = last_softmax_weights(model, tokens)  # (B, H, T, T)
+    _, every_layer = model.forward_with_weights(tokens)  # (L, B, H, T, T)
+    torch.testing.assert_close(weights, every_layer[1], rtol=0, atol=1e-12)
+    assert not torch.allclose(weights, every_layer[0])  # the last layer's, not the first's
+    hybrid = build_recall_model(config, "GA").double()
+    weights = last_softmax_weights(hybrid, tokens)
+    assert weights.shape == (3, 2, 12, 12)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 2, 12, dtype=torch.float64))
+    assert (weights.triu(1) == 0).all()  # causal
+    assert not hybrid.blocks[1].attention._forward_pre_hooks  # the hook is gone
+    with pytest.raises(ValueError, match=r"model: expected a softmax \('A'\) layer.*'GG'"):
+        last_softmax_weights(build_recall_model(config, "GG"), tokens)

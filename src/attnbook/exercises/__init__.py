@@ -57,8 +57,8 @@ from attnbook.exercises.ch17 import (
     check_paged_slots,
 )
 from attnbook.exercises.ch18 import (
-    check_chunk_decays,
     check_delta_rule_step,
+    check_erase_gain,
     check_orthonormal_keys,
 )
 from attnbook.exercises.ch19 import check_moba_choice, check_recall, check_summary_mask
@@ -72,13 +72,13 @@ __all__ = [
     "check_block_hashes",
     "check_cache_bytes_per_token",
     "check_start_of_word_weight",
-    "check_chunk_decays",
     "check_causal_tile_kind",
     "check_causal_flash",
     "check_flash_exp2",
     "check_delta_rows",
     "check_concat_scores",
     "check_delta_rule_step",
+    "check_erase_gain",
     "check_find_circuit",
     "check_gather_keys",
     "check_head_importance",

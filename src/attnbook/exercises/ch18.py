@@ -1,4 +1,4 @@
-"""Chapter 18's exercise checkers: the delta rule's update, the chunk's decays, orthonormal keys."""
+"""Chapter 18's exercise checkers: the delta rule's update, its erase's gain, orthonormal keys."""
 
 from collections.abc import Callable
 
@@ -68,63 +68,46 @@ def check_delta_rule_step(fn: Callable[[Tensor, Tensor, Tensor, float, float], T
 
 
 @_checker
-def check_chunk_decays(fn: Callable[[Tensor], Tensor]) -> None:
-    """``fn(alpha (C,))`` -> (C, C): gamma_t / gamma_i for i <= t, 0 above (gamma = cumprod)."""
-    for alpha in ([0.5, 0.5, 0.5], [0.9, 0.2, 1.0, 0.7], [1.0], [0.3, 0.6, 0.9, 0.99, 0.5]):
-        alpha = torch.tensor(alpha, dtype=torch.float64)
-        size = alpha.numel()
-        call = f"chunk_decays(alpha = {alpha.tolist()})"
-        result = _as_tensor(_call(fn, call, alpha.clone()), call, "a tensor")
-        if tuple(result.shape) != (size, size):
-            _fail(
-                f"{call} should return shape (C, C) = ({size}, {size}), got {tuple(result.shape)}"
-            )
-        if not torch.isfinite(result).all():
-            _fail(
-                f"{call}: found inf or NaN; set the entries above the diagonal to 0 (no query "
-                "sees a later key)"
-            )
-        gamma = alpha.cumprod(0)
-        expected = (gamma[:, None] / gamma[None, :]).tril()
-        if _close(result, expected, atol=1e-9):
+def check_erase_gain(fn: Callable[[float, float], object]) -> None:
+    """``fn(norm, beta)`` -> the spectral norm of I - beta k k^T for a key k of length ``norm``."""
+    for norm, beta in [(3.0, 1.0), (1.0, 0.5), (2.0, 1.0), (0.5, 1.0), (1.5, 0.5), (1.0, 1.0)]:
+        call = f"erase_gain(norm={norm}, beta={beta})"
+        result = _call(fn, call, norm, beta)
+        if torch.is_tensor(result):
+            if result.numel() != 1:
+                _fail(f"{call} should return one number, got shape {tuple(result.shape)}")
+            result = result.item()
+        if not isinstance(result, int | float):
+            _fail(f"{call} should return a number, got {type(result).__name__}")
+        key = torch.randn(4, generator=_generator(0), dtype=torch.float64)
+        key = norm * key / key.norm()  # (d_k,) of length `norm`
+        erase = torch.eye(4, dtype=torch.float64) - beta * torch.outer(key, key)  # (d_k, d_k)
+        expected = torch.linalg.matrix_norm(erase, ord=2).item()
+        if abs(result - expected) <= 1e-6:
             continue
-        if _close(result, expected.T, atol=1e-9):
+        if result < 0:
             _fail(
-                f"{call}: rows are queries t, columns keys i: return gamma_t / gamma_i below "
-                "the diagonal"
+                f"{call}: {result:.4g} is negative; along k the factor 1 - beta |k|^2 can be "
+                "negative, and a memory's length scales by its absolute value"
             )
-        if _close(result, (gamma[:, None] / gamma[None, :]).tril(-1), atol=1e-9):
+        if result < 1 - 1e-6:
             _fail(
-                f"{call}: the diagonal must be 1: a token's own write is not decayed at its "
-                "own step"
+                f"{call}: {result:.4g} is below 1, but the directions orthogonal to k keep "
+                "their length (eigenvalue 1), so the gain is never below 1"
             )
-        ratios = gamma[:, None] / gamma[None, :]  # (C, C), also above the diagonal
-        if _close(result, ratios, atol=1e-9):
+        if abs(result - max(1.0, abs(1 - beta * norm))) <= 1e-6:
             _fail(
-                f"{call}: entries above the diagonal must be 0 (no query reads a later key); "
-                "keep only i <= t, e.g. with torch.tril"
-            )
-        if _close(result, (gamma[:, None] * gamma[None, :]).tril(), atol=1e-9):
-            _fail(
-                f"{call}: divide, do not multiply: gamma_t / gamma_i leaves alpha_(i+1) ... "
-                "alpha_t, while gamma_t * gamma_i counts the decays before i twice"
-            )
-        exclusive = torch.cat([alpha.new_ones(1), gamma[:-1]])  # (C,): gamma_(t-1)
-        if _close(result, (exclusive[:, None] / exclusive[None, :]).tril(), atol=1e-9):
-            _fail(
-                f"{call}: gamma_t = alpha_1 ... alpha_t includes alpha_t (an inclusive "
-                "cumprod); yours stops at alpha_(t-1), so query t misses its own step's decay"
-            )
-        if _close(result, expected * alpha[None, :], atol=1e-9):
-            _fail(
-                f"{call}: key i's write is added after alpha_i decays the old state, so it "
-                "decays by alpha_(i+1) ... alpha_t only"
+                f"{call}: k k^T grows with the square of the key's length: along k the "
+                "factor is 1 - beta |k|^2"
             )
         _fail(
-            f"{call}: expected gamma_t / gamma_i (the product alpha_(i+1) ... alpha_t) on "
-            "and below the diagonal"
+            f"{call}: expected {expected:.4g}, the largest factor by which I - beta k k^T "
+            "stretches a vector"
         )
-    _succeed("entry (t, i) is alpha_(i+1) ... alpha_t, 1 on the diagonal, 0 above it")
+    _succeed(
+        "the gain is max(1, |1 - beta |k|^2|): one write never stretches the memory when "
+        "beta |k|^2 <= 2, and with unit keys and beta in (0, 1) never"
+    )
 
 
 @_checker

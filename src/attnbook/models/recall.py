@@ -141,6 +141,30 @@ def accuracy_by_pairs(
     return accuracy
 
 
+@torch.no_grad()
+def last_softmax_weights(model: TinyDecoder, tokens: Tensor) -> Tensor:
+    """The attention weights (B, H, T, T) of ``model``'s last softmax layer on ``tokens`` (B, T).
+
+    The model runs as usual; a hook keeps what reaches that layer (the normalised residual
+    stream), and the layer is called again on it with ``need_weights=True``. Refuses a model
+    with no softmax ("A") layer.
+    """
+    if "A" not in model.layer_pattern:
+        raise ValueError(
+            f"model: expected a softmax ('A') layer in its layer_pattern, got "
+            f"{model.layer_pattern!r}"
+        )
+    layer = model.blocks[model.layer_pattern.rindex("A")].attention
+    kept = []
+    hook = layer.register_forward_pre_hook(lambda module, args: kept.append(args[0]))
+    try:
+        model(tokens)
+    finally:
+        hook.remove()
+    _, weights = layer(kept[0], is_causal=True, need_weights=True)
+    return weights  # (B, H, T, T)
+
+
 def state_floats(model: TinyDecoder) -> int:
     """Floats a linear layer keeps per sequence (H * d_head^2 per layer), summed over layers.
 
