@@ -104,10 +104,12 @@ def check_is_equivariant(fn: Callable[[Callable, Tensor, Tensor], bool]) -> None
         ("a per-token tanh", torch.tanh, True),
         ("self-attention after adding positions", lambda x: _positions_added(x, W, signal), False),
         ("a running sum over the tokens", lambda x: x.cumsum(dim=1), False),
+        # the same rows in another order: catches comparing sorted values, not positions
+        ("reversing the tokens", lambda x: x.flip(dims=[1]), False),
     ]
     permutation = torch.tensor([1, 2, 0, 4, 3])  # a 3-cycle and a swap: p != its inverse
     identity = torch.arange(T)
-    cases.append(("a running sum over the tokens", cases[-1][1], True))
+    cases.append(("a running sum over the tokens", cases[3][1], True))
     for index, (name, attention, expected) in enumerate(cases):
         order = identity if index == len(cases) - 1 else permutation
         call = f"is_equivariant({name}, x, permutation={order.tolist()})"
@@ -118,7 +120,14 @@ def check_is_equivariant(fn: Callable[[Callable, Tensor, Tensor], bool]) -> None
             elif expected:
                 hint = (
                     "shuffle the input, then compare with the original output shuffled by the"
-                    " same permutation: attention(x[:, p]) against attention(x)[:, p]"
+                    " same permutation: attention(x[:, p]) against attention(x)[:, p], equal"
+                    " up to float rounding (torch.allclose: == or torch.equal can fail on the"
+                    " last digits alone)"
+                )
+            elif name == "reversing the tokens":
+                hint = (
+                    "it gives the same rows as attention(x)[:, p], but at other positions:"
+                    " compare position by position, not sorted or summed values"
                 )
             else:
                 hint = "the outputs of the shuffled input are not a reordering of the original"
