@@ -29,6 +29,7 @@ from attnbook.book.explore import (
 )
 from attnbook.book.plotting import (
     plot_attention,
+    plot_gains,
     plot_heads,
     plot_mask,
     plot_schedule,
@@ -314,6 +315,7 @@ __all__ = [
     "paged_forward",
     "periodic_batch",
     "plot_attention",
+    "plot_gains",
     "plot_heads",
     "plot_mask",
     "plot_schedule",
