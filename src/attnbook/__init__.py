@@ -30,6 +30,7 @@ from attnbook.book.explore import (
 from attnbook.book.plotting import (
     plot_attention,
     plot_cache_budget,
+    plot_gains,
     plot_heads,
     plot_mask,
     plot_schedule,
@@ -316,6 +317,7 @@ __all__ = [
     "periodic_batch",
     "plot_attention",
     "plot_cache_budget",
+    "plot_gains",
     "plot_heads",
     "plot_mask",
     "plot_schedule",

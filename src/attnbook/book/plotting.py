@@ -6,8 +6,9 @@ viridis, which reads in greyscale and for colour-blind readers; raw scores (:fun
 use a diverging red-blue scale centred on zero, since they can be negative; boolean masks
 (:func:`plot_mask`) use two colours. :func:`plot_schedule` draws a serving engine's batching
 schedule: requests as rows, decoding steps as columns. :func:`plot_cache_budget` draws how a
-batch's KV cache grows against a memory budget, and :func:`plot_grouped_bars` sets results side
-by side as labelled bars.
+batch's KV cache grows against a memory budget, :func:`plot_grouped_bars` sets results side by
+side as labelled bars, and :func:`plot_gains` draws measured gains as grouped bars with
+standard-error bars.
 
 :func:`use_book_style` gives every figure of the book one look: readable font sizes and the
 Okabe-Ito line colours, which stay distinct for colour-blind readers and contain no grey (the
@@ -461,3 +462,62 @@ def plot_cache_budget(
     )
     ax.legend(loc="lower right", fontsize=9)
     return fig
+
+
+def _check_gains(gains: object) -> list[str]:
+    """The categories shared by every series of ``gains``; a ValueError naming what is wrong."""
+    if not isinstance(gains, dict) or not gains:
+        raise ValueError(f"gains: expected a non-empty dict of series, got {gains!r}")
+    categories = None
+    for series, values in gains.items():
+        if not isinstance(values, dict) or not values:
+            raise ValueError(f"gains[{series!r}]: expected a non-empty dict, got {values!r}")
+        if categories is None:
+            categories = list(values)
+        elif list(values) != categories:
+            raise ValueError(
+                f"gains[{series!r}]: expected the categories {categories}, got {list(values)}"
+            )
+        for category, pair in values.items():
+            ok = isinstance(pair, tuple | list) and len(pair) == 2
+            ok = ok and all(isinstance(x, int | float) and np.isfinite(x) for x in pair)
+            if not ok or pair[1] < 0:
+                raise ValueError(
+                    f"gains[{series!r}][{category!r}]: expected (mean, standard error), finite "
+                    f"and the error >= 0, got {pair!r}"
+                )
+    return categories
+
+
+def plot_gains(
+    gains: dict[str, dict[str, tuple[float, float]]],
+    ax: Axes | None = None,
+    *,
+    title: str | None = None,
+    ylabel: str = "loss saved (nats)",
+) -> Axes:
+    """Draw measured gains as grouped bars, each with an error bar of one standard error.
+
+    ``gains`` maps a series (a model) to a dict from a category (what was changed, e.g. the key
+    kept beside a window) to ``(mean, standard_error)``; every series has the same categories in
+    the same order. Each category gets one bar per series, side by side; bars above the grey
+    zero line save loss, bars below cost it. Draws on ``ax`` (a new figure when None) and
+    returns it.
+    """
+    categories = _check_gains(gains)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.2 * len(categories) + 2, 3.5), layout="constrained")
+    width = 0.8 / len(gains)
+    positions = np.arange(len(categories))
+    for index, (series, values) in enumerate(gains.items()):
+        means, errors = zip(*values.values(), strict=True)
+        offset = (index - (len(gains) - 1) / 2) * width
+        ax.bar(positions + offset, means, width, yerr=errors, capsize=3, label=series)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xticks(positions, categories)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+    if len(gains) > 1:
+        ax.legend()
+    return ax
