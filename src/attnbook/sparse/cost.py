@@ -44,21 +44,32 @@ def decode_cost(length: int, top_k: int = TOP_K) -> dict[str, dict[str, int]]:
     }
 
 
+def _holds(unit: str, condition: str, length: int, top_k: int) -> bool:
+    cost = decode_cost(length, top_k)[unit]
+    if condition == "sparse wins":
+        return cost["sparse attention"] + cost["indexer"] < cost["dense"]
+    return cost["indexer"] > cost["sparse attention"]
+
+
 def first_length(unit: str, condition: str, top_k: int = TOP_K, longest: int = 2**20) -> int:
     """The shortest cache length at which ``condition`` holds for ``unit`` ("flops" or "bytes").
 
     ``condition`` is ``"sparse wins"`` (indexer plus sparse attention below dense) or
-    ``"indexer leads"`` (the indexer above the sparse main attention). Searched up to ``longest``.
+    ``"indexer leads"`` (the indexer above the sparse main attention). Both hold from some
+    length on and at every longer one (the sparse attention stops growing at ``top_k``), so a
+    bisection over 1 to ``longest`` finds it.
     """
     if unit not in ("flops", "bytes"):
         raise ValueError(f"unit: expected 'flops' or 'bytes', got {unit!r}")
     if condition not in ("sparse wins", "indexer leads"):
         raise ValueError(f"condition: expected 'sparse wins' or 'indexer leads', got {condition!r}")
-    for length in range(1, longest + 1):
-        cost = decode_cost(length, top_k)[unit]
-        sparse = cost["sparse attention"] + cost["indexer"]
-        if condition == "sparse wins" and sparse < cost["dense"]:
-            return length
-        if condition == "indexer leads" and cost["indexer"] > cost["sparse attention"]:
-            return length
-    raise ValueError(f"{condition!r} never holds for {unit} up to length {longest}")
+    if not _holds(unit, condition, longest, top_k):
+        raise ValueError(f"{condition!r} never holds for {unit} up to length {longest}")
+    low, high = 0, longest  # the condition fails at low (or low = 0) and holds at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _holds(unit, condition, middle, top_k):
+            high = middle
+        else:
+            low = middle
+    return high
