@@ -475,6 +475,17 @@ def test_each_nsa_branch_equals_dense_attention_under_its_mask():
     assert ((gates > 0) & (gates < 1)).all()
 
 
+def test_compress_weighs_each_position_of_each_block_with_random_weights():
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 11, 5, generator=generator, dtype=F64)  # 2 complete blocks of 4
+    weights = torch.rand(4, generator=generator, dtype=F64)
+    by_hand = torch.zeros(2, 3, 2, 5, dtype=F64)
+    for j in range(2):
+        for p in range(4):
+            by_hand[:, :, j] += weights[p] * x[:, :, 4 * j + p]
+    torch.testing.assert_close(compress(x, 4, weights), by_hand, rtol=0, atol=1e-12)
+
+
 def test_nsa_selects_the_blocks_its_compressed_branch_weighs_most():
     module, x = nsa_and_input()
     _, _, masks = module.branches(x)
