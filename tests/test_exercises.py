@@ -967,6 +967,17 @@ def test_other_correct_forms_are_accepted(capsys):
     expect_success(check.check_sink_weights, lse_rescaled, capsys)
 
 
+def test_check_repeat_kv_names_the_learners_function():
+    def repeat_kv_by_expand(x, n_repeats):  # the exercise's name, tiling instead of grouping
+        return x.repeat(1, n_repeats, 1, 1)
+
+    expect_message(
+        exercises.check_repeat_kv,
+        repeat_kv_by_expand,
+        "repeat_kv_by_expand(x of shape (2, 3, 4, 5), 2) with heads named 0, 1, 2",
+    )
+
+
 def test_a_cache_with_its_own_buffer_names_is_accepted(capsys):
     from exercise_answers import OwnBufferNames
 

@@ -75,9 +75,10 @@ def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
     """
     named = torch.arange(3.0).view(1, 3, 1, 1).expand(2, 3, 4, 5)  # (B, H_kv, S, d_head)
     random_kv = torch.randn(2, 4, 3, 8, generator=_generator(0))  # (B, H_kv, S, d_head)
+    fn_name = getattr(fn, "__name__", "your function")  # the learner's name, in every message
     for name, x in [("heads named 0, 1, 2", named), ("random keys", random_kv)]:
         for n_repeats in (1, 2, 4):
-            call = f"repeat_kv(x of shape {tuple(x.shape)}, {n_repeats}) with {name}"
+            call = f"{fn_name}(x of shape {tuple(x.shape)}, {n_repeats}) with {name}"
             with _FunctionsUsed() as used:
                 result = _call(fn, call, x, n_repeats)
             result = _as_tensor(result, call, "a tensor")
