@@ -373,6 +373,11 @@ def lowest_previous(model):  # ch14
     return previous.argmin().item(), induction.argmax().item()
 
 
+def lowest_both(model):  # ch14: argmin for both heads; layer 1's heads tie in mystery 0
+    previous, induction, _, _ = circuit_scores(model)
+    return previous.argmin().item(), induction.argmin().item()
+
+
 def sinks_in_future(T, w, n):  # ch15: sink keys seen before they exist
     return sink_window_mask(T, w, 0) | (torch.arange(T) < n)
 
@@ -650,6 +655,7 @@ WRONG_ANSWERS = {
     "check_find_circuit": [
         (lambda model: find_circuit(model)[::-1], "the order is (previous-token head"),
         (lowest_previous, "That is the lowest score of the layer"),
+        (lowest_both, "That is the lowest score of the layer"),
         (current_token_head, "the most weight on key t itself"),
         (scores_key_t_minus_p, "the most weight on key t - period, the earlier copy"),
         (lambda model: 3, "should return two head numbers"),
