@@ -456,6 +456,7 @@ WRONG_ANSWERS = {
         (lambda b, H, size: math.sqrt(b / (H * size)), "whole number of tokens (int), got 5792.6"),
         (lambda b, H, size: math.isqrt(b // (H * size * size)), "fits too"),
         (lambda b, H, size: math.isqrt(b // size), "more than the 1,073,741,824 budgeted"),
+        (lambda b, H, size: int(math.sqrt(b / (H * size))), "94906267 x 94906267 scores"),
     ],
     "check_zero_query_output": [
         (lambda x, W_v: x @ W_v, "each token's own value"),
