@@ -323,6 +323,18 @@ def word_start_weight(weights, windows, space, *, shift=0, first=False, late=Fal
     return torch.stack(means).mean(0) if how.get("per_window") else total / count
 
 
+def space_onward(weights, windows, space):  # ch12: reads the space itself, from the space on
+    total, count = 0, 0
+    for b, row in enumerate(windows.tolist()):
+        start = None
+        for t, token in enumerate(row):
+            if token == space:
+                start = t
+            if start is not None:
+                total, count = total + weights[:, b, :, t, start], count + 1
+    return total / count
+
+
 def batch_gradient(model, inputs, targets, absolute=True):  # ch13: one gradient of the batch
     n_layers, n_heads = len(model.blocks), model.blocks[0].attention.n_heads
     gates = torch.ones(n_layers, n_heads, dtype=torch.float64, requires_grad=True)
@@ -599,6 +611,7 @@ WRONG_ANSWERS = {
     ],
     "check_start_of_word_weight": [
         (lambda *a: word_start_weight(*a, shift=-1), "the weight on the space itself"),
+        (space_onward, "reads the space itself, from the space on"),
         (lambda *a: word_start_weight(*a, first=True), "the first space of the window"),
         (lambda *a: word_start_weight(*a, late=True), "let s = t count"),
         (lambda *a: word_start_weight(*a, missing="zero"), "instead of counting them as 0"),

@@ -122,11 +122,14 @@ def _start_of_word_mean(
     offset: int = 0,
     skipped: str = "skip",
     per_window: bool = False,
+    from_space: bool = False,
 ) -> Tensor:
     """(L, H): the mean weight on the word start over (b, t), or one of the named mistakes.
 
-    ``offset=-1`` reads the space itself; ``skipped`` is what queries with no space before
-    them contribute ("skip", "zero" or "key0"); ``per_window`` averages each window first.
+    ``offset=-1`` reads the space itself; ``from_space`` reads the latest space at or before
+    the query, from the space on (the space's own query included); ``skipped`` is what
+    queries with no space before them contribute ("skip", "zero" or "key0"); ``per_window``
+    averages each window first.
     """
     window_means = []
     total, count = weights.new_zeros(weights.shape[0], weights.shape[2]), 0  # (L, H)
@@ -134,6 +137,8 @@ def _start_of_word_mean(
         row_total, row_count = torch.zeros_like(total), 0  # (L, H)
         for t in range(len(row)):
             s = _word_start(row, t, first=first, strict=strict)
+            if from_space:  # key p, the latest space p <= t: word start p + 1 of query t + 1
+                s, offset = _word_start(row, t + 1), -1
             if s < 0 and skipped == "skip":
                 continue
             if s < 0 and skipped == "zero":
@@ -151,6 +156,11 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
         {"offset": -1},
         "that is the weight on the space itself; the word's first letter is the key just "
         "after it (the s with windows[b, s - 1] == space)",
+    ),
+    (
+        {"from_space": True},
+        "that reads the space itself, from the space on; the word's first letter is the key "
+        "just after the space, and a query on the space still belongs to the previous word",
     ),
     (
         {"first": True},
