@@ -406,6 +406,28 @@ def test_a_merely_local_head_does_not_stand_out_on_the_previous_character():
     ]
 
 
+def test_current_is_judged_against_the_previous_key_so_a_fade_is_no_role():
+    # every query gives 0.5, 0.3 and 0.2 to keys i, i - 1, i - 2: a smooth fade from offset 0
+    length = 40
+    weights = torch.zeros(length, length)
+    for i in range(length):
+        for k, share in enumerate((0.5, 0.3, 0.2)):
+            weights[i, max(i - k, 0)] += share
+    tokens = torch.tensor([[1, 2, 3, 4] * 10])  # (1, 40)
+    characters = list(" abcd")
+    fade = analysis.head_statistics(weights[None, None, None], tokens, characters)
+    uniform = analysis.head_statistics(uniform_over_last(40, 40), tokens, characters)
+    chance = analysis.chance_levels(fade, uniform)
+    # 0.5 is 2.5 times the share two back, but only 1.7 times the previous key's 0.3
+    assert fade["current"].item() > 2 * fade["two_back"].item()
+    assert chance["current"].item() == pytest.approx(0.3, abs=0.01)  # query 1 gives key 0 0.5
+    assert not analysis.stands_out(fade["current"], chance["current"]).any()
+    diagonal = analysis.head_statistics(torch.eye(length)[None, None, None], tokens, characters)
+    chance = analysis.chance_levels(diagonal, uniform)
+    assert chance["current"].item() == 0.0
+    assert analysis.stands_out(diagonal["current"], chance["current"]).all()
+
+
 def test_the_standing_out_rule_refuses_what_it_cannot_judge():
     share = torch.tensor([[0.2, 0.3]])
     with raises("ratio: expected a finite number > 1, got 1"):

@@ -218,9 +218,11 @@ def chance_levels(statistics: dict[str, Tensor], baseline: dict[str, Tensor]) ->
 
     ``statistics`` as :func:`head_statistics` returns them for the heads, ``baseline`` for a
     head that spreads its weight evenly over the keys it may see. ``previous`` and ``current``
-    are judged against the head's own ``two_back`` share: a head that looks evenly at its last
-    few characters gives keys i, i - 1 and i - 2 alike, so locality alone does not make it
-    stand out. The other shares are judged against the baseline's, broadcast to (L, H).
+    are each judged against the head's own share on the key one step further back:
+    ``previous`` (key i - 1) against ``two_back`` (key i - 2), ``current`` (key i) against
+    ``previous``. A head whose weight merely fades with distance gives neighbouring keys
+    similar shares, so locality alone makes it stand out on neither. The other shares are
+    judged against the baseline's, broadcast to (L, H).
     """
     for name, table in (("statistics", statistics), ("baseline", baseline)):
         missing = [key for key in (*ROLES, "two_back") if key not in table]
@@ -230,8 +232,9 @@ def chance_levels(statistics: dict[str, Tensor], baseline: dict[str, Tensor]) ->
                 f"missing {missing}"
             )
     shape = statistics["previous"].shape
+    one_step_back = {"previous": "two_back", "current": "previous"}
     return {
-        key: statistics["two_back"] if key in LOCAL_SHARES else baseline[key].expand(shape)
+        key: statistics[one_step_back[key]] if key in LOCAL_SHARES else baseline[key].expand(shape)
         for key in ROLES
     }
 
