@@ -1,12 +1,17 @@
 """Chapter 18's diagrams: the growing KV cache beside the fixed-size state, one delta-rule
-update, the chunked form."""
+update, the chunked form, the Gated DeltaNet layer."""
 
 import pytest
 from helpers import figure_texts
 from matplotlib import pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
-from attnbook.book.diagrams import cache_versus_state, chunked_delta_rule, delta_rule_update
+from attnbook.book.diagrams import (
+    cache_versus_state,
+    chunked_delta_rule,
+    delta_rule_update,
+    gated_deltanet_layer,
+)
 
 
 def test_cache_versus_state_shows_both_memories_and_the_update():
@@ -72,3 +77,26 @@ def test_chunked_delta_rule_refuses_bad_sizes_by_name():
         chunked_delta_rule(length=6, chunk_size=7)
     with pytest.raises(ValueError, match=r"length: expected an int in \[1, 24\], got 0"):
         chunked_delta_rule(length=0)
+
+
+def test_gated_deltanet_layer_draws_the_six_steps_in_order():
+    shown = figure_texts(gated_deltanet_layer())
+    blocks = [text.split("\n")[0] for text in shown]
+    path = ["x", "q, k, v", "causal conv", "L2 norm q, k", "gated delta rule, per head"]
+    assert [b for b in blocks if b in path] == path
+    assert blocks.index("RMS norm") < blocks.index("x SiLU(gate)") < blocks.index("output")
+    assert "beta_t = sigmoid(W_b x)" in blocks and "alpha_t = exp(-e^A" in blocks
+    assert any("S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1}" in text for text in shown)
+    assert "Gated DeltaNet: D = 32, H = 4 heads of d_head = 8" in shown
+    assert any("d_head x d_head = 64 numbers" in text for text in shown)
+
+
+def test_gated_deltanet_layer_follows_its_sizes_and_refuses_bad_ones():
+    shown = figure_texts(gated_deltanet_layer(d_model=64, n_heads=2, conv_kernel=3))
+    assert "Gated DeltaNet: D = 64, H = 2 heads of d_head = 32" in shown
+    assert any("(3 tokens)" in text for text in shown)
+    assert any("= 1024 numbers, plus the last 2 inputs" in text for text in shown)
+    with pytest.raises(ValueError, match=r"n_heads: expected a divisor of d_model = 32, got 5"):
+        gated_deltanet_layer(n_heads=5)
+    with pytest.raises(ValueError, match=r"conv_kernel: expected a positive int, got 0"):
+        gated_deltanet_layer(conv_kernel=0)

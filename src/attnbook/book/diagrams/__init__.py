@@ -16,6 +16,7 @@ from attnbook.book.diagrams.linear import (
     cache_versus_state,
     chunked_delta_rule,
     delta_rule_update,
+    gated_deltanet_layer,
 )
 from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
@@ -35,6 +36,7 @@ __all__ = [
     "cache_versus_state",  # chapter 18
     "chunked_delta_rule",  # chapter 18
     "delta_rule_update",  # chapter 18
+    "gated_deltanet_layer",  # chapter 18
     "head_split",  # chapter 5
     "indexer_flow",  # chapter 19
     "key_selection",  # chapter 19

@@ -1,5 +1,6 @@
 """Chapter 18's pictures: a growing cache beside a fixed state; one delta-rule update as an erase
-then a write; the chunked form's triangular systems and the state passed between chunks."""
+then a write; the chunked form's triangular systems and the state passed between chunks; the
+Gated DeltaNet layer as a block diagram."""
 
 import math
 
@@ -19,7 +20,12 @@ from attnbook.book.diagrams._draw import (
 )
 from attnbook.core._checks import check_int
 
-__all__ = ["cache_versus_state", "chunked_delta_rule", "delta_rule_update"]
+__all__ = [
+    "cache_versus_state",
+    "chunked_delta_rule",
+    "delta_rule_update",
+    "gated_deltanet_layer",
+]
 
 
 def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure:
@@ -194,5 +200,78 @@ def chunked_delta_rule(*, length: int = 12, chunk_size: int = 4) -> Figure:
         "work per head: O(T C d + T d^2), against softmax attention's O(T^2 d)",
         fontsize=9.5,
         background=True,
+    )
+    return ax.figure
+
+
+def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: int = 4) -> Figure:
+    """The Gated DeltaNet layer of chapter 18 as blocks, the shapes written in.
+
+    Top row: x -> q, k, v projections -> causal convolution + SiLU -> L2 norm -> the gated delta
+    rule, with the write strength beta and the decay alpha computed from x on the side. Bottom
+    row, right to left: RMS norm per head -> times SiLU of the gate (from x) -> output
+    projection.
+    """
+    check_int("d_model", d_model)
+    check_int("n_heads", n_heads)
+    check_int("conv_kernel", conv_kernel)
+    if d_model % n_heads:
+        raise ValueError(f"n_heads: expected a divisor of d_model = {d_model}, got {n_heads!r}")
+    d_head = d_model // n_heads
+    ax = canvas(16.0, 8.2, inches_per_unit=0.62)
+    title = f"Gated DeltaNet: D = {d_model}, H = {n_heads} heads of d_head = {d_head}"
+    label(ax, (8.0, 7.85), title, fontsize=11)
+    top = [
+        ("x\n(T, D)", LIGHT, 1.2),
+        ("q, k, v\nprojections\n(T, 3D)", SKY, 2.0),
+        (f"causal conv\n({conv_kernel} tokens)\n+ SiLU", SKY, 2.0),
+        ("L2 norm q, k\nper head;\nq / sqrt(d_head)", SKY, 2.2),
+        (
+            "gated delta rule, per head\nS_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1}"
+            "\n+ beta_t k_t v_t^T",
+            ORANGE,
+            4.9,
+        ),
+    ]
+    x = 0.2
+    for index, (text, color, width) in enumerate(top):
+        box(ax, x, 3.6, width, 1.4, text, color=color, fontsize=8.5)
+        if index < len(top) - 1:
+            arrow(ax, (x + width, 4.3), (x + width + 0.5, 4.3))
+        x += width + 0.5
+    rule = x - 0.5 - top[-1][2]  # the rule's left edge
+    box(
+        ax,
+        rule - 2.4,
+        5.9,
+        3.2,
+        1.1,
+        "beta_t = sigmoid(W_b x)\nwrite strength",
+        color=YELLOW,
+        fontsize=8,
+    )
+    alpha = "alpha_t = exp(-e^A\nsoftplus(W_a x + b))\ndecay"
+    box(ax, rule + 1.5, 5.9, 3.2, 1.1, alpha, color=YELLOW, fontsize=8)
+    arrow(ax, (rule - 0.8, 5.9), (rule + 0.8, 5.0))
+    arrow(ax, (rule + 3.1, 5.9), (rule + 3.1, 5.0))
+    arrow(ax, (0.8, 5.0), (rule - 2.4, 6.45), "from x", curve=-0.15)
+    bottom = [  # in the order the data flows, drawn right to left
+        ("RMS norm\nper head,\nheads merged", GREEN, 2.4),
+        ("x SiLU(gate)\ngate = W_g x\n(T, D)", YELLOW, 2.4),
+        ("output\nprojection\n-> (T, D)", LIGHT, 2.2),
+    ]
+    right = rule + 3.7
+    arrow(ax, (rule + 2.45, 3.6), (right - 1.2, 2.3))
+    for index, (text, color, width) in enumerate(bottom):
+        box(ax, right - width, 0.9, width, 1.4, text, color=color, fontsize=8.5)
+        if index:
+            arrow(ax, (right + 0.5, 1.6), (right, 1.6))
+        right -= width + 0.5
+    label(
+        ax,
+        (8.0, 0.35),
+        f"state per head: d_head x d_head = {d_head * d_head} numbers, plus the last "
+        f"{conv_kernel - 1} inputs of the convolution, whatever T is",
+        fontsize=9,
     )
     return ax.figure
