@@ -302,7 +302,8 @@ def no_rope(model):  # ch12: forgets MLA's rotary key
 def word_start_weight(weights, windows, space, *, shift=0, first=False, late=False, **how):
     """ch12 exercise 3 with one mistake: the key before the word start (shift=-1), the first
     space (first), spaces up to t - 2 only (late), queries with no space counted as 0 or as
-    key 0 (missing="zero"/"key0"), or each window averaged first (per_window)."""
+    key 0 (missing="zero"/"key0"), each window averaged first (per_window), or the queries on
+    a word's first letter left out (skip_own)."""
     means, total, count = [], 0, 0
     for b, row in enumerate(windows.tolist()):
         row_total, row_count, start = 0, 0, None
@@ -310,7 +311,9 @@ def word_start_weight(weights, windows, space, *, shift=0, first=False, late=Fal
             after_space = t > 0 and row[t - 1] == space
             if after_space and not late and not (first and start is not None):
                 start = t
-            if start is not None:
+            if start == t and how.get("skip_own"):
+                pass
+            elif start is not None:
                 row_total, row_count = row_total + weights[:, b, :, t, start + shift], row_count + 1
             elif how.get("missing") == "zero":
                 row_count += 1
@@ -614,6 +617,7 @@ WRONG_ANSWERS = {
         (space_onward, "reads the space itself, from the space on"),
         (lambda *a: word_start_weight(*a, first=True), "the first space of the window"),
         (lambda *a: word_start_weight(*a, late=True), "let s = t count"),
+        (lambda *a: word_start_weight(*a, skip_own=True), "keep it, and let s = t count"),
         (lambda *a: word_start_weight(*a, missing="zero"), "instead of counting them as 0"),
         (lambda *a: word_start_weight(*a, missing="key0"), "rather than reading key 0"),
         (lambda *a: word_start_weight(*a, per_window=True), "not per window"),

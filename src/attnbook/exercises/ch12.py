@@ -123,13 +123,14 @@ def _start_of_word_mean(
     skipped: str = "skip",
     per_window: bool = False,
     from_space: bool = False,
+    skip_own: bool = False,
 ) -> Tensor:
     """(L, H): the mean weight on the word start over (b, t), or one of the named mistakes.
 
     ``offset=-1`` reads the space itself; ``from_space`` reads the latest space at or before
     the query, from the space on (the space's own query included); ``skipped`` is what
     queries with no space before them contribute ("skip", "zero" or "key0"); ``per_window``
-    averages each window first.
+    averages each window first; ``skip_own`` leaves out the queries on a word's first letter.
     """
     window_means = []
     total, count = weights.new_zeros(weights.shape[0], weights.shape[2]), 0  # (L, H)
@@ -139,7 +140,7 @@ def _start_of_word_mean(
             s = _word_start(row, t, first=first, strict=strict)
             if from_space:  # key p, the latest space p <= t: word start p + 1 of query t + 1
                 s, offset = _word_start(row, t + 1), -1
-            if s < 0 and skipped == "skip":
+            if (s < 0 and skipped == "skip") or (skip_own and s == t):
                 continue
             if s < 0 and skipped == "zero":
                 row_count += 1
@@ -170,6 +171,11 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
         {"strict": True},
         "a query just after a space is itself its word's first letter: let s = t count "
         "(1 <= s <= t)",
+    ),
+    (
+        {"skip_own": True},
+        "a query on its word's first letter reads itself as the word start: keep it, and let "
+        "s = t count (1 <= s <= t)",
     ),
     (
         {"skipped": "zero"},
