@@ -8,14 +8,17 @@ released inference code caches them: latents in BF16 (2 bytes a number), indexer
 (1 byte a number) with one FP32 scale per 128 numbers.
 """
 
+import torch
+
 from attnbook.core._checks import check_int
+from attnbook.core.kv_cache import latent_cache_bytes_per_token
 
 HEADS, LATENT, ROPE, VALUE = 128, 512, 64, 512
 INDEX_HEADS, INDEX_DIM, TOP_K = 64, 128, 2048
 # per cached token and query: all 128 heads, in MQA mode (one shared latent key and value)
 ATTENTION_FLOPS = HEADS * (LATENT + ROPE + VALUE) * 2
 INDEX_FLOPS = INDEX_HEADS * INDEX_DIM * 2
-LATENT_BYTES = 2 * (LATENT + ROPE)  # BF16
+LATENT_BYTES = latent_cache_bytes_per_token(1, LATENT, ROPE, torch.bfloat16)  # one layer
 INDEX_BYTES = INDEX_DIM + 4  # FP8 numbers and one FP32 scale
 PARTS = ("dense", "sparse attention", "indexer")
 
