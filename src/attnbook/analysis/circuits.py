@@ -149,6 +149,11 @@ def gated_forward(
 
 
 @torch.no_grad()
+def _next_token_losses(logits: Tensor, tokens: Tensor) -> Tensor:
+    """(B, T - 1): the loss of predicting token t + 1 at position t, from logits (B, T, V)."""
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+
+
 def circuit_measurements(
     model: TinyDecoder, tokens: Tensor, period: int, head_mask: Tensor | None = None
 ) -> dict[str, Tensor]:
@@ -164,9 +169,7 @@ def circuit_measurements(
     the later queries.
     """
     logits, weights = gated_forward(model, tokens, head_mask)  # (B, T, V), (L, B, H, T, T)
-    losses = F.cross_entropy(
-        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
-    )  # (B, T - 1): loss of predicting token t + 1 at position t
+    losses = _next_token_losses(logits, tokens)  # (B, T - 1)
     body = weights[..., 1:, 1:]  # (L, B, H, T - 1, T - 1): the tokens after the first
     first_block = weights[..., : period + 1, : period + 1]  # queries 1 .. period
     return {
@@ -225,9 +228,7 @@ def composition_measurements(
     for block in model.blocks[2:]:
         x = block(x)  # (B, T, D)
     logits = model.lm_head(model.final_norm(x))  # (B, T, V)
-    losses = F.cross_entropy(
-        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
-    )  # (B, T - 1)
+    losses = _next_token_losses(logits, tokens)  # (B, T - 1)
     return {
         "loss_repeated": losses[:, period + 1 :].mean().item(),
         "induction": induction_score(weights[..., 1:, 1:], period).mean(dim=0),  # (H,)
