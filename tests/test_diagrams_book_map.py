@@ -10,7 +10,7 @@ import yaml
 from matplotlib import pyplot as plt
 
 from attnbook.book.diagrams import book_map
-from attnbook.book.diagrams.book_map import BOOK_PARTS
+from attnbook.book.diagrams.book_map import BOOK_PARTS, READING_PATHS, path_minutes
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,8 @@ def test_the_committed_picture_is_current():
 
 def test_the_map_draws_every_chapter():
     figure = book_map(
-        parts=(("A", (("00", "first", 5), ("01", "second", 7))), ("B", (("02", "third", 9),)))
+        parts=(("A", (("00", "first", 5), ("01", "second", 7))), ("B", (("02", "third", 9),))),
+        paths=(),
     )
     texts = [t.get_text() for t in figure.axes[0].texts]
     assert "00 first\n~5 min" in texts and "02 third\n~9 min" in texts and "B" in texts
@@ -60,6 +61,12 @@ def test_bad_parts_are_refused_before_drawing(parts):
     assert plt.get_fignums() == before
 
 
+def test_a_path_through_a_chapter_not_on_the_map_is_refused():
+    parts = (("A", (("00", "first", 5),)),)
+    with pytest.raises(ValueError, match=r"paths: .*'07'"):
+        book_map(parts=parts, paths=(("Q", "white", "quick", ("00", "07")),))
+
+
 def test_the_arrows_lead_from_each_chapter_to_the_next():
     from matplotlib.patches import FancyArrowPatch
 
@@ -69,13 +76,39 @@ def test_the_arrows_lead_from_each_chapter_to_the_next():
     plt.close(figure)
 
 
+def test_each_reading_path_badges_exactly_its_chapters():
+    figure = book_map()
+    texts = figure.axes[0].texts
+    for letter, _, name, chapters in READING_PATHS:
+        badges = [t for t in texts if t.get_text() == letter]
+        # one badge per chapter on the path, plus the legend's
+        assert len(badges) == len(chapters) + 1
+        boxes = [t for t in texts if t.get_text()[:2] in chapters and "\n~" in t.get_text()]
+        assert len(boxes) == len(chapters)
+        legend = f"{name}: {len(chapters)} chapters, {path_minutes(BOOK_PARTS, chapters)} min"
+        assert legend in [t.get_text() for t in texts]
+    plt.close(figure)
+
+
+def test_a_badge_sits_on_its_chapters_box():
+    parts = (("A", (("00", "first", 5), ("01", "second", 7))),)
+    figure = book_map(parts=parts, paths=(("Q", "white", "quick", ("01",)),))
+    ax = figure.axes[0]
+    (badge, _legend) = [t.get_position() for t in ax.texts if t.get_text() == "Q"]
+    first, second = [t.get_position() for t in ax.texts if "\n~" in t.get_text()]
+    # the badge is over the second box, not the first
+    assert abs(badge[0] - second[0]) < abs(badge[0] - first[0])
+    assert "quick: 1 chapters, 7 min" in [t.get_text() for t in ax.texts]
+    plt.close(figure)
+
+
 @pytest.mark.parametrize(
     ("chapters", "stated"),
     [
         (None, "about 925 minutes"),
         ("00 01 02 03 04 05 06", "(215 minutes)"),
-        ("00 02 03 04 05 06 08 09 16 17", "(400\nminutes)"),
-        ("00 02 03 04 05 06 08 11 12 13 14", "(430 minutes)"),
+        (" ".join(READING_PATHS[0][3]), "(400\nminutes)"),
+        (" ".join(READING_PATHS[1][3]), "(430 minutes)"),
     ],
 )
 def test_the_introduction_states_the_maps_reading_times(chapters, stated):

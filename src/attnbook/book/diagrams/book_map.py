@@ -1,8 +1,21 @@
 """The introduction's picture: the whole book as a map, one row of chapters per part."""
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Circle
 
-from attnbook.book.diagrams._draw import BLUE, LIGHT, ORANGE, SKY, arrow, box, canvas, label
+from attnbook.book.diagrams._draw import (
+    BLACK,
+    BLUE,
+    GREEN,
+    LIGHT,
+    ORANGE,
+    PINK,
+    SKY,
+    arrow,
+    box,
+    canvas,
+    label,
+)
 
 # (part caption, ((chapter number, short title, minutes for a learner who runs the cells), ...)):
 # the parts and chapters of _toc.yml in order (tests/test_diagrams_book_map.py checks it). The
@@ -46,9 +59,39 @@ BOOK_PARTS = (
     ),
 )
 
+# (badge letter, badge colour, path name, chapters): the introduction's two shorter reading
+# paths, marked on the map by a badge on each of their chapters.
+_CORE = ("00", "02", "03", "04", "05", "06", "08")
+READING_PATHS = (
+    ("F", GREEN, "fast attention and serving", (*_CORE, "09", "16", "17")),
+    ("H", PINK, "what trained heads do", (*_CORE, "11", "12", "13", "14")),
+)
+
 _BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.45, 1.45
 _LEFT = 3.8  # room for the part captions
 _COLOURS = (LIGHT, SKY, LIGHT, SKY, LIGHT, ORANGE, BLUE)
+_BADGE_R, _LEGEND = 0.17, 0.7  # badge radius; room below the rows for the paths' legend
+
+
+def _check_paths(parts, paths) -> None:
+    drawn = {number for _, part in parts for number, _, _ in part}
+    for _, _, name, chapters in paths:
+        missing = [number for number in chapters if number not in drawn]
+        if missing:
+            raise ValueError(
+                f"paths: {name!r} names chapters {missing!r}, expected chapters of the map"
+            )
+
+
+def path_minutes(parts, chapters) -> int:
+    """The reading minutes of ``chapters`` (their numbers), from the map's ``parts``."""
+    minutes = {number: m for _, part in parts for number, _, m in part}
+    return sum(minutes[number] for number in chapters)
+
+
+def _badge(ax, centre, letter, colour) -> None:
+    ax.add_patch(Circle(centre, _BADGE_R, facecolor=colour, edgecolor=BLACK, linewidth=0.8))
+    label(ax, centre, letter, fontsize=8)
 
 
 def _check_parts(parts) -> None:
@@ -61,16 +104,19 @@ def _check_parts(parts) -> None:
                 raise ValueError(f"parts: chapter {number} {title!r} has minutes {minutes!r}")
 
 
-def book_map(*, parts=BOOK_PARTS) -> Figure:
+def book_map(*, parts=BOOK_PARTS, paths=READING_PATHS) -> Figure:
     """Every chapter as a box (number, short title, minutes), one row per part, read downwards.
 
     Arrows lead from each chapter to the next, in the order they are read: along each row, then
-    from a row's last chapter to the next row's first. The colours only tell the parts apart.
+    from a row's last chapter to the next row's first. The colours only tell the parts apart. A
+    lettered badge on a box's top edge marks a chapter of one of the shorter reading ``paths``,
+    named with its total minutes in a legend under the rows.
     """
     _check_parts(parts)
+    _check_paths(parts, paths)
     widest = max(len(chapters) for _, chapters in parts)
     width = _LEFT + widest * (_BOX_W + _GAP)
-    height = len(parts) * _ROW + 0.3
+    height = len(parts) * _ROW + 0.3 + _LEGEND
     ax = canvas(width, height, inches_per_unit=0.62)
     for row, (caption, chapters) in enumerate(parts):
         y = height - (row + 1) * _ROW
@@ -81,9 +127,18 @@ def book_map(*, parts=BOOK_PARTS) -> Figure:
             x = _LEFT + column * (_BOX_W + _GAP)
             text = f"{number} {title}\n~{minutes} min"
             box(ax, x, y, _BOX_W, _BOX_H, text, color=colour, text_color=text_colour, fontsize=9)
+            on_paths = [(letter, c) for letter, c, _, path in paths if number in path]
+            for k, (letter, badge_colour) in enumerate(on_paths):
+                centre = (x + _BOX_W - 0.3 - k * 2.3 * _BADGE_R, y + _BOX_H)
+                _badge(ax, centre, letter, badge_colour)
             if column > 0:
                 arrow(ax, (x - _GAP, y + _BOX_H / 2), (x, y + _BOX_H / 2))
         if row + 1 < len(parts):
             last = _LEFT + (len(chapters) - 1) * (_BOX_W + _GAP) + _BOX_W / 2
             arrow(ax, (last, y), (_LEFT + _BOX_W / 2, y - (_ROW - _BOX_H)))
+    for k, (letter, badge_colour, name, chapters) in enumerate(paths):
+        x, y = 0.3 + k * width / 2, _LEGEND / 2
+        _badge(ax, (x, y), letter, badge_colour)
+        text = f"{name}: {len(chapters)} chapters, {path_minutes(parts, chapters)} min"
+        label(ax, (x + 0.35, y), text, fontsize=10, ha="left")
     return ax.figure
