@@ -13,6 +13,11 @@ import torch
 from attnbook import KVCache, causal_mask, induction_score, previous_token_score
 
 
+def query_magnitude(target, n_keys, d):  # ch00
+    score = math.log(target * (n_keys - 1) / (1 - target))
+    return score * math.sqrt(d)
+
+
 def attention_parameter_count(D):
     return 3 * D * D + D
 
@@ -350,6 +355,7 @@ def summary_mask(T, block_size, *, first_key=False, strict=False):  # ch19
 
 SOLUTIONS = {
     "check_window_mask": window_mask,
+    "check_query_magnitude": query_magnitude,
     "check_attention_parameter_count": attention_parameter_count,
     "check_concat_scores": concat_scores,
     "check_scale_for": scale_for,

@@ -32,6 +32,7 @@ from exercise_answers import (
     merge_partials,
     moba_choice,
     orthonormal_keys,
+    query_magnitude,
     recall,
     receptive_field,
     rope_halves,
@@ -444,6 +445,14 @@ WRONG_ANSWERS = {
         (lambda T, w: window_mask(T, w).float(), "should return a boolean tensor"),
         (lambda T, w: window_mask(T, w - 1), "row 1 may not attend to key 0, but key 0 is inside"),
         (lambda T, w: ~window_mask(T, w), "row 0 may not attend to key 0"),
+    ],
+    "check_query_magnitude": [
+        (lambda t, n, d: query_magnitude(t, n, d) / math.sqrt(d), "you returned the score"),
+        (lambda t, n, d: query_magnitude(t, n, d) * math.sqrt(d), "not 1 / d"),
+        (lambda t, n, d: math.sqrt(d) * math.log(t * n / (1 - t)), "n_keys - 1 other keys, not"),
+        (lambda t, n, d: math.sqrt(d) * math.log(t / (1 - t)), "adds e^0 = 1"),
+        (lambda t, n, d: [query_magnitude(t, n, d)], "should return a number"),
+        (lambda t, n, d: query_magnitude(t, n, d) + 0.01, "instead of 0.9"),
     ],
     "check_attention_parameter_count": [
         (lambda D: 2 * D * D + D, "is D x 2D, not D x D"),

@@ -16,7 +16,7 @@ answer in ``tests/exercise_answers.py``, and at least three plausible mistakes i
 """
 
 from attnbook.exercises._common import ExerciseError
-from attnbook.exercises.ch00 import check_window_mask
+from attnbook.exercises.ch00 import check_query_magnitude, check_window_mask
 from attnbook.exercises.ch01 import check_attention_parameter_count
 from attnbook.exercises.ch02 import check_concat_scores, check_scale_for
 from attnbook.exercises.ch03 import (
@@ -106,5 +106,6 @@ __all__ = [
     "check_summary_mask",
     "check_supported_orderings",
     "check_window_mask",
+    "check_query_magnitude",
     "check_without_head",
 ]
