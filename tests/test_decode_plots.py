@@ -50,7 +50,7 @@ def test_roofline_dots_sit_on_the_roof_and_the_ridge_is_peak_over_bandwidth():
     assert ridge.get_xdata()[0] == pytest.approx(peak / bandwidth)
     assert [d.get_ydata()[0] for d in dots] == pytest.approx([3.35, 13.4, 989.0])
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[1] == "ridge point of X: 295"
+    assert labels[1] == "ridge point of X: 295 FLOP/B"
     assert labels[2] == "MHA: 1 FLOP/B, 0.3% of peak"
     assert labels[4] == "far right: 10000 FLOP/B, 100.0% of peak"
     # the roof: slope 1 (bandwidth-bound) left of the ridge, flat at the peak right of it

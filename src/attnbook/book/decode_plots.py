@@ -71,7 +71,9 @@ def plot_decode_roofline(
     x = np.geomspace(low, high, 200)
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     ax.plot(x, np.minimum(peak_flops, bandwidth * x) / 1e12, color="black", label="roof")
-    ax.axvline(ridge, color="grey", linestyle="--", label=f"ridge point of {machine}: {ridge:.0f}")
+    ax.axvline(
+        ridge, color="grey", linestyle="--", label=f"ridge point of {machine}: {ridge:.0f} FLOP/B"
+    )
     ax.axvspan(low, ridge, color="grey", alpha=0.1)
     for i, (label, value) in enumerate(intensities.items()):
         attainable = min(peak_flops, bandwidth * value)
