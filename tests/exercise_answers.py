@@ -398,3 +398,29 @@ SOLUTIONS = {
     "check_recall": recall,
     "check_summary_mask": summary_mask,
 }
+
+
+def keep_first_kv_head(source, n_kv_heads, *, pick=0, first_heads=False, pooled_bias=False):
+    """ch06: every group's first key/value head (``pick``, ``first_heads`` and ``pooled_bias``
+    make the wrong answers: another head of each group, the first H_kv heads, the mean's bias)."""
+    from attnbook import mean_pool_kv_heads  # here, so the shared import line above stays as is
+
+    converted = mean_pool_kv_heads(source, n_kv_heads)  # copies q_proj and out_proj
+    group_size, head_dim = source.n_heads // n_kv_heads, source.head_dim
+    width = source.q_proj.in_features  # D
+    with torch.no_grad():
+        for name in ("k_proj", "v_proj"):
+            old, new = getattr(source, name), getattr(converted, name)
+            groups = (group_size, n_kv_heads) if first_heads else (n_kv_heads, group_size)
+            heads = old.weight.view(*groups, head_dim, width)
+            # (H_kv, d_head, D): one head of every group
+            rows = heads[0] if first_heads else heads[:, pick]
+            new.weight.copy_(rows.reshape(n_kv_heads * head_dim, width))
+            if not pooled_bias:
+                # (H_kv, d_head)
+                bias = old.bias.view(*groups, head_dim)
+                new.bias.copy_((bias[0] if first_heads else bias[:, pick]).reshape(-1))
+    return converted
+
+
+SOLUTIONS["check_keep_first_kv_head"] = keep_first_kv_head

@@ -438,6 +438,17 @@ def recall_as_precision(c, t, k):  # ch19: hits over the picks made, not over k
     return (hits / (c >= 0).sum(-1).clamp(min=1))[k:]
 
 
+def keep_first(source, n_kv_heads, **wrong):  # ch06: the reference, with a mistake switched on
+    return SOLUTIONS["check_keep_first_kv_head"](source, n_kv_heads, **wrong)
+
+
+def keep_first_in_place(source, n_kv_heads):  # ch06: writes the kept heads into the source too
+    converted = keep_first(source, n_kv_heads)
+    with torch.no_grad():
+        source.k_proj.weight[: converted.k_proj.weight.size(0)] = converted.k_proj.weight
+    return converted
+
+
 WRONG_ANSWERS = {
     "check_window_mask": [
         (band, "row 0 may attend to key 1, which is in its future"),
@@ -884,6 +895,14 @@ WRONG_ANSWERS = {
         (lambda T, b: summary_mask(T, b, strict=True), "the query itself"),
         (lambda T, b: summary_mask(b * -(-T // b), b)[:T], "only complete blocks"),
         (lambda T, b: torch.ones(T, T, dtype=torch.bool).tril(), "not one per key"),
+    ],
+    "check_keep_first_kv_head": [
+        (lambda s, n: exercises.ch06.mean_pool_kv_heads(s, n), "is the mean of each group"),
+        (lambda s, n: keep_first(s, n, first_heads=True), "not the first of every"),
+        (lambda s, n: keep_first(s, n, pick=-1), "keeps source heads [7]"),
+        (lambda s, n: keep_first(s, n, pooled_bias=True), "k_proj.bias does not"),
+        (lambda s, n: s, "returned a layer with 8 key/value heads"),
+        (keep_first_in_place, "changed the layer it was given (k_proj.weight)"),
     ],
 }
 # Chapter 16's kernel exercises run the reader's Triton: only where Triton installs.

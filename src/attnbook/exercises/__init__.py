@@ -26,7 +26,7 @@ from attnbook.exercises.ch03 import (
 )
 from attnbook.exercises.ch04 import check_prefix_lm_mask
 from attnbook.exercises.ch05 import check_head_projection, check_without_head
-from attnbook.exercises.ch06 import check_repeat_kv
+from attnbook.exercises.ch06 import check_keep_first_kv_head, check_repeat_kv
 from attnbook.exercises.ch07 import check_alibi_slopes, check_rope_halves
 from attnbook.exercises.ch08 import check_preallocated_kv_cache
 from attnbook.exercises.ch09 import check_attention_backward, check_online_logsumexp
@@ -86,6 +86,7 @@ __all__ = [
     "check_induction_share",
     "check_largest_length",
     "check_is_equivariant",
+    "check_keep_first_kv_head",
     "check_zero_query_output",
     "check_latent_scores",
     "check_merge_partials",

@@ -7,6 +7,8 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from attnbook.exercises._common import _as_tensor, _call, _checker, _fail, _generator, _succeed
+from attnbook.layers.gqa_conversion import mean_pool_kv_heads
+from attnbook.layers.multihead import GroupedQueryAttention, MultiHeadAttention
 
 # Chapter 6: sharing key/value heads, with `expand` and `reshape` only.
 
@@ -115,4 +117,91 @@ def _order_hint(result: Tensor, x: Tensor, n_repeats: int) -> str:
     return (
         f"output head {bad_head} should be a copy of key/value head {bad_head // n_repeats}, "
         "and is not"
+    )
+
+
+# Chapter 6, exercise 3: convert by keeping the first key/value head of every group.
+
+
+def _source_heads(weight: Tensor, source_weight: Tensor, head_dim: int) -> list[int | None]:
+    """For each head (block of ``head_dim`` rows) of ``weight``: the source head it equals."""
+    found = []
+    for new in weight.split(head_dim):
+        matches = [
+            h for h, old in enumerate(source_weight.split(head_dim)) if torch.equal(new, old)
+        ]
+        found.append(matches[0] if matches else None)
+    return found
+
+
+def _check_kept_heads(result: GroupedQueryAttention, source, n_kv: int, call: str) -> None:
+    group_size, head_dim = source.n_heads // n_kv, source.head_dim
+    wanted = [g * group_size for g in range(n_kv)]  # the first head of every group
+    for name in ("k_proj", "v_proj"):
+        old, new = getattr(source, name), getattr(result, name)
+        kept = _source_heads(new.weight, old.weight, head_dim)
+        if kept == wanted:
+            bias_kept = _source_heads(new.bias[:, None], old.bias[:, None], head_dim)
+            if bias_kept != wanted:
+                _fail(
+                    f"{call}: {name}.weight keeps the right heads {wanted}, but {name}.bias "
+                    f"does not: keep each group's first bias block too (biases per head: "
+                    f"{bias_kept}, None where it matches no head)"
+                )
+            continue
+        pooled = getattr(mean_pool_kv_heads(source, n_kv), name).weight
+        if torch.allclose(new.weight, pooled):
+            _fail(
+                f"{call}: {name} is the mean of each group, the chapter's conversion. The "
+                f"exercise keeps one head per group instead: heads {wanted}"
+            )
+        hint = ""
+        if kept == list(range(n_kv)):
+            hint = (
+                f" Those are the first {n_kv} heads, not the first of every group: group g is "
+                f"heads {group_size} * g to {group_size} * g + {group_size - 1}, so unflatten "
+                f"the heads as (H_kv, G), not (G, H_kv)"
+            )
+        _fail(
+            f"{call}: {name} keeps source heads {kept} (None: matches no head), expected the "
+            f"first head of every group of {group_size}: {wanted}.{hint}"
+        )
+
+
+@_checker
+def check_keep_first_kv_head(fn: Callable[[GroupedQueryAttention, int], GroupedQueryAttention]):
+    """``fn(source, n_kv_heads)`` -> a GroupedQueryAttention with ``n_kv_heads`` key/value heads
+    whose key and value projections (weights and biases) are those of the first source head of
+    every group of ``H / n_kv_heads`` consecutive heads; query and output projections copied;
+    ``source`` left unchanged.
+    """
+    torch.manual_seed(0)  # the checker runs on a fork of the random state
+    source = MultiHeadAttention(16, 8).eval()
+    original = {name: value.clone() for name, value in source.state_dict().items()}
+    x = torch.randn(2, 5, 16, generator=_generator(1))  # (B, T, D)
+    fn_name = getattr(fn, "__name__", "your function")
+    for n_kv in (1, 2, 4, 8):
+        call = f"{fn_name}(MultiHeadAttention(16, 8), {n_kv})"
+        result = _call(fn, call, source, n_kv)
+        changed = [n for n, v in source.state_dict().items() if not torch.equal(v, original[n])]
+        if changed:
+            _fail(
+                f"{call} changed the layer it was given ({', '.join(changed)}): build a new "
+                "layer, e.g. start from mean_pool_kv_heads(source, n_kv_heads), and change that"
+            )
+        if not isinstance(result, GroupedQueryAttention):
+            _fail(f"{call} should return a GroupedQueryAttention, got {type(result).__name__}")
+        if result.n_kv_heads != n_kv:
+            _fail(f"{call} returned a layer with {result.n_kv_heads} key/value heads")
+        for name in ("q_proj", "out_proj"):
+            if not torch.equal(getattr(result, name).weight, getattr(source, name).weight):
+                _fail(f"{call}: {name} should be copied from the source unchanged")
+        _check_kept_heads(result, source, n_kv, call)
+        with torch.no_grad():
+            output = _as_tensor(result(x)[0], f"{call}(x)", "a tensor")  # (B, T, D)
+        if n_kv == 8 and not torch.allclose(output, source(x)[0], atol=1e-6):
+            _fail(f"{call}: with groups of one the converted layer must equal the source")
+    _succeed(
+        "every group's key/value head is its first source head, for H_kv = 1, 2, 4 and 8; "
+        "now compare its error with mean-pooling's"
     )

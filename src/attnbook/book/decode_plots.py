@@ -1,0 +1,144 @@
+"""Chapter 6's decoding figures: measured step and read times, and a roofline of decode attention.
+
+:func:`decode_attention_cost` counts one decoding step's attention for one layer: the FLOPs of
+the scores and of the weighted sum of values, and the bytes of the cache it reads. Their ratio,
+the arithmetic intensity, is ``2 * G / b`` FLOP per byte for groups of ``G = H / H_kv`` query
+heads and ``b``-byte elements: each cached number loaded is used in one multiply-add per query
+head of its group. :func:`plot_decode_roofline` sets such intensities against an accelerator's
+roof, ``min(peak, bandwidth * intensity)``, whose bend (the ridge point, ``peak / bandwidth``)
+separates memory-bound work (left) from compute-bound work (right).
+
+:func:`plot_step_vs_read` draws timing tries as bars at their median with a min-max whisker,
+one pair of bars (the step, and reading its cache once) per key/value head count.
+"""
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from attnbook.book.plotting import OKABE_ITO
+from attnbook.core._checks import check_int, check_positive
+
+
+def decode_attention_cost(
+    n_heads: int, n_kv_heads: int, cache_length: int, head_dim: int, bytes_per_element: int
+) -> tuple[int, int]:
+    """(FLOPs, bytes read) of one decoding step's attention in one layer, batch 1.
+
+    FLOPs: ``H`` query heads, each a dot product with ``S`` keys and a weighted sum of ``S``
+    values of width ``d_head``, 2 FLOPs per multiply-add: ``4 * H * S * d_head`` (the softmax's
+    ``O(H * S)`` is left out). Bytes: every cached key and value read once,
+    ``2 * H_kv * S * d_head * b``.
+    """
+    for name, value in [
+        ("n_heads", n_heads),
+        ("n_kv_heads", n_kv_heads),
+        ("cache_length", cache_length),
+        ("head_dim", head_dim),
+        ("bytes_per_element", bytes_per_element),
+    ]:
+        check_int(name, value)
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads: expected a divisor of n_heads={n_heads}, got {n_kv_heads!r}")
+    flops = 4 * n_heads * cache_length * head_dim
+    n_bytes = 2 * n_kv_heads * cache_length * head_dim * bytes_per_element
+    return flops, n_bytes
+
+
+def plot_decode_roofline(
+    intensities: dict[str, float], peak_flops: float, bandwidth: float, machine: str
+) -> Figure:
+    """A roofline: attainable FLOP/s against FLOP per byte, log-log, with one dot per entry.
+
+    ``intensities`` maps a label to an arithmetic intensity (FLOP per byte); each dot sits on
+    the roof ``min(peak_flops, bandwidth * intensity)`` and its legend entry gives the share of
+    ``peak_flops`` it can reach. A grey dashed vertical line marks the ridge point,
+    ``peak_flops / bandwidth``, labelled with ``machine``.
+    """
+    check_positive("peak_flops", peak_flops)
+    check_positive("bandwidth", bandwidth)
+    if not isinstance(intensities, dict) or not intensities:
+        raise ValueError(
+            f"intensities: expected a non-empty dict of label -> FLOP per byte, got {intensities!r}"
+        )
+    for label, value in intensities.items():
+        check_positive(f"intensities[{label!r}]", value)
+    ridge = peak_flops / bandwidth
+    low = min(0.25, min(intensities.values()) / 2)
+    high = max(8 * ridge, 2 * max(intensities.values()))
+    x = np.geomspace(low, high, 200)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    ax.plot(x, np.minimum(peak_flops, bandwidth * x) / 1e12, color="black", label="roof")
+    ax.axvline(
+        ridge, color="grey", linestyle="--", label=f"ridge point of {machine}: {ridge:.0f} FLOP/B"
+    )
+    ax.axvspan(low, ridge, color="grey", alpha=0.1)
+    for i, (label, value) in enumerate(intensities.items()):
+        attainable = min(peak_flops, bandwidth * value)
+        share = f"{attainable / peak_flops:.1%} of peak"
+        ax.plot(
+            [value],
+            [attainable / 1e12],
+            "o",
+            color=OKABE_ITO[i % len(OKABE_ITO)],
+            label=f"{label}: {value:g} FLOP/B, {share}",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte read)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.text(low * 1.3, peak_flops / 1e12 * 0.6, "memory-bound", color="dimgrey")
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def _check_tries(name: str, tries: object) -> dict[int, np.ndarray]:
+    """``tries`` as arrays; a ValueError naming what is wrong."""
+    if not isinstance(tries, dict) or not tries:
+        raise ValueError(f"{name}: expected a non-empty dict of H_kv -> times, got {tries!r}")
+    arrays = {}
+    for key, times in tries.items():
+        values = np.asarray(times, dtype=float)
+        if values.ndim != 1 or values.size == 0 or not (np.isfinite(values) & (values > 0)).all():
+            raise ValueError(
+                f"{name}[{key!r}]: expected a non-empty sequence of positive times, got {times!r}"
+            )
+        arrays[key] = values
+    return arrays
+
+
+def plot_step_vs_read(
+    step_tries: dict[int, Sequence[float]], read_tries: dict[int, Sequence[float]]
+) -> Figure:
+    """Two bars per key/value head count: a decoding step and reading its cache once.
+
+    Both dicts map ``H_kv`` to the times of every try in seconds (the same keys). A bar stands
+    at the median, in milliseconds; its whisker spans the fastest to the slowest try.
+    """
+    steps, reads = _check_tries("step_tries", step_tries), _check_tries("read_tries", read_tries)
+    if list(steps) != list(reads):
+        raise ValueError(
+            f"read_tries: expected the keys of step_tries {list(steps)}, got {list(reads)}"
+        )
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    centres = np.arange(len(steps))
+    for i, (name, tries) in enumerate([("decoding step", steps), ("reading the cache", reads)]):
+        ms = [1e3 * values for values in tries.values()]
+        medians = np.array([np.median(m) for m in ms])
+        spread = np.array([medians - [m.min() for m in ms], [m.max() for m in ms] - medians])
+        ax.bar(
+            centres + (i - 0.5) * 0.4,
+            medians,
+            width=0.4,
+            color=OKABE_ITO[i],
+            yerr=spread,
+            capsize=4,
+            label=f"{name} (median; whisker: fastest to slowest)",
+        )
+    ax.set_xticks(centres, [f"H_kv = {n}" for n in steps])
+    ax.set_ylabel("time (ms)")
+    ax.legend(fontsize=8)
+    return fig
