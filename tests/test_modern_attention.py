@@ -31,6 +31,7 @@ from attnbook import (
 from attnbook.models.gated_models import (
     build_model,
     evaluation_batch,
+    fixed_gate,
     inspect,
     sink_metrics,
     training_batch,
@@ -463,6 +464,39 @@ def test_gated_model_is_chapter_14s_decoder_with_a_gate():
     assert all(block.attention.gate_proj is None for block in plain.blocks)
     extra = sum(p.numel() for p in gated.parameters()) - sum(p.numel() for p in plain.parameters())
     assert extra == 2 * (64 * 64 + 64)  # one D x D gate projection (and bias) per layer
+
+
+def test_fixed_gate_is_a_constant_gate_and_is_removed_afterwards():
+    torch.manual_seed(0)
+    layer = GroupedQueryAttention(16, 4, 2, output_gate=True).eval()
+    x = torch.randn(2, 5, 16)  # (B, T, D)
+    value = torch.rand(16)
+    value[0], value[1] = 0.0, 1.0  # the ends of the interval, logit -inf and +inf
+    constant = GroupedQueryAttention(16, 4, 2, output_gate=True).eval()
+    constant.load_state_dict(layer.state_dict())
+    with torch.no_grad():  # the same gate from weights 0 and a bias of logit(value)
+        constant.gate_proj.weight.zero_()
+        constant.gate_proj.bias.copy_(torch.logit(value.double()).float())
+        live, _ = layer(x, is_causal=True)
+        with fixed_gate(layer, value):
+            fixed, _ = layer(x, is_causal=True)
+        expected, _ = constant(x, is_causal=True)
+        after, _ = layer(x, is_causal=True)
+    torch.testing.assert_close(fixed, expected)
+    assert not torch.allclose(fixed, live) and torch.equal(after, live)
+
+
+def test_fixed_gate_errors():
+    gated = GroupedQueryAttention(16, 4, 2, output_gate=True)
+    cases = [
+        (GroupedQueryAttention(16, 4, 2), torch.rand(16), "layer: expected an attention"),
+        (gated, torch.rand(2, 8), "value: expected shape (H * d_head,) (1 dims)"),
+        (gated, torch.rand(8), "value: expected one gate per feature, 16, got 8"),
+        (gated, torch.full((16,), 1.5), "value: expected gates in [0, 1]"),
+    ]
+    for layer, value, message in cases:
+        with raises(message), fixed_gate(layer, value):
+            pass
 
 
 def test_inspect_and_metrics():

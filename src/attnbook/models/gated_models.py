@@ -15,12 +15,14 @@ metric of :func:`sink_metrics`); :func:`load_gated_models` loads and checks them
 """
 
 import math
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from attnbook.core._checks import check_tensor
 from attnbook.core.heads import split_heads
 from attnbook.core.masks import causal_mask
 from attnbook.models.decoder import TinyDecoder
@@ -180,3 +182,34 @@ def load_gated_models() -> GatedModels:
             ) from error
         models[name] = model.eval()
     return GatedModels(models["plain"], models["gated"], manifest)
+
+
+@contextmanager
+def fixed_gate(layer: nn.Module, value: Tensor) -> Iterator[None]:
+    """Within the ``with`` block, ``layer``'s output gate is ``value`` at every position.
+
+    ``layer`` is a :class:`attnbook.GroupedQueryAttention` with ``output_gate=True``, whose gate
+    is sigmoid(gate_proj(x)); ``value`` (H * d_head,) holds one gate in [0, 1] per feature,
+    e.g. the gate's mean over a batch. A forward hook replaces gate_proj's output by
+    logit(value), so the gate no longer depends on the input: the ablation that asks what the
+    gate's input dependence does. The hook is removed on leaving the block.
+    """
+    gate_proj = getattr(layer, "gate_proj", None)
+    if not isinstance(gate_proj, nn.Linear):
+        raise ValueError(
+            f"layer: expected an attention layer with an output gate (output_gate=True), "
+            f"got {type(layer).__name__} without one"
+        )
+    check_tensor("value", value, "(H * d_head,)", rank=1)
+    width = gate_proj.out_features
+    if value.size(0) != width:
+        raise ValueError(f"value: expected one gate per feature, {width}, got {value.size(0)}")
+    if not ((value >= 0) & (value <= 1)).all():
+        raise ValueError("value: expected gates in [0, 1], got values outside it")
+    # sigmoid(logit(v)) = v; v = 1 gives logit +inf and sigmoid 1 exactly
+    logit = torch.logit(value.double()).to(gate_proj.weight.dtype)  # (H * d_head,)
+    handle = gate_proj.register_forward_hook(lambda _module, _args, out: logit.expand_as(out))
+    try:
+        yield
+    finally:
+        handle.remove()
