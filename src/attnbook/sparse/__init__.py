@@ -8,6 +8,7 @@ softmax attention over those only.
   warm-up loss and recall of the dense top k;
 - :mod:`~attnbook.sparse.layers`: self-attention layers that select with MoBA or an indexer;
 - :mod:`~attnbook.sparse.nsa`: Native Sparse Attention's three branches and their gates.
+- :mod:`~attnbook.sparse.tiles`: the tiles a fused kernel computes for a per-query block choice.
 
 Every method equals dense attention under the mask of the keys it picked: the tests check that
 first, in float64.
