@@ -10,7 +10,12 @@ import yaml
 from matplotlib import pyplot as plt
 
 from attnbook.book.diagrams import book_map
-from attnbook.book.diagrams.book_map import BOOK_PARTS, READING_PATHS, path_minutes
+from attnbook.book.diagrams.book_map import (
+    BOOK_PARTS,
+    READING_PATHS,
+    chapter_ranges,
+    path_minutes,
+)
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,9 +90,23 @@ def test_each_reading_path_badges_exactly_its_chapters():
         assert len(badges) == len(chapters) + 1
         boxes = [t for t in texts if t.get_text()[:2] in chapters and "\n~" in t.get_text()]
         assert len(boxes) == len(chapters)
-        legend = f"{name}: {len(chapters)} chapters, {path_minutes(BOOK_PARTS, chapters)} min"
+        minutes = path_minutes(BOOK_PARTS, chapters)
+        legend = f"{name}: chapters {chapter_ranges(chapters)}, {minutes} min"
         assert legend in [t.get_text() for t in texts]
     plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    ("chapters", "written"),
+    [
+        (("00", "02", "03", "04", "05", "06", "08", "09", "16", "17"), "0, 2-6, 8, 9, 16, 17"),
+        (("11", "12", "13", "14"), "11-14"),
+        (("07",), "7"),
+        (("01", "02", "05"), "1, 2, 5"),
+    ],
+)
+def test_chapter_ranges_join_runs_of_three_or_more(chapters, written):
+    assert chapter_ranges(chapters) == written
 
 
 def test_a_badge_sits_on_its_chapters_box():
@@ -98,7 +117,7 @@ def test_a_badge_sits_on_its_chapters_box():
     first, second = [t.get_position() for t in ax.texts if "\n~" in t.get_text()]
     # the badge is over the second box, not the first
     assert abs(badge[0] - second[0]) < abs(badge[0] - first[0])
-    assert "quick: 1 chapters, 7 min" in [t.get_text() for t in ax.texts]
+    assert "quick: chapters 1, 7 min" in [t.get_text() for t in ax.texts]
     plt.close(figure)
 
 

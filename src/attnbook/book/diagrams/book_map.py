@@ -70,7 +70,20 @@ READING_PATHS = (
 _BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.45, 1.45
 _LEFT = 3.8  # room for the part captions
 _COLOURS = (LIGHT, SKY, LIGHT, SKY, LIGHT, ORANGE, BLUE)
-_BADGE_R, _LEGEND = 0.17, 0.7  # badge radius; room below the rows for the paths' legend
+_BADGE_R, _LEGEND_LINE = 0.17, 0.5  # badge radius; height of a legend line under the rows
+
+
+def chapter_ranges(chapters) -> str:
+    """Chapter numbers as a reader writes them: runs of three or more as a range, "0, 2-6, 8"."""
+    numbers = sorted(int(number) for number in chapters)
+    runs = [[numbers[0]]]
+    for number in numbers[1:]:
+        if number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    spans = [f"{run[0]}-{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)) for run in runs]
+    return ", ".join(spans)
 
 
 def _check_paths(parts, paths) -> None:
@@ -116,7 +129,8 @@ def book_map(*, parts=BOOK_PARTS, paths=READING_PATHS) -> Figure:
     _check_paths(parts, paths)
     widest = max(len(chapters) for _, chapters in parts)
     width = _LEFT + widest * (_BOX_W + _GAP)
-    height = len(parts) * _ROW + 0.3 + _LEGEND
+    legend = len(paths) * _LEGEND_LINE + 0.2
+    height = len(parts) * _ROW + 0.3 + legend
     ax = canvas(width, height, inches_per_unit=0.62)
     for row, (caption, chapters) in enumerate(parts):
         y = height - (row + 1) * _ROW
@@ -137,8 +151,8 @@ def book_map(*, parts=BOOK_PARTS, paths=READING_PATHS) -> Figure:
             last = _LEFT + (len(chapters) - 1) * (_BOX_W + _GAP) + _BOX_W / 2
             arrow(ax, (last, y), (_LEFT + _BOX_W / 2, y - (_ROW - _BOX_H)))
     for k, (letter, badge_colour, name, chapters) in enumerate(paths):
-        x, y = 0.3 + k * width / 2, _LEGEND / 2
-        _badge(ax, (x, y), letter, badge_colour)
-        text = f"{name}: {len(chapters)} chapters, {path_minutes(parts, chapters)} min"
-        label(ax, (x + 0.35, y), text, fontsize=10, ha="left")
+        y = legend - (k + 1) * _LEGEND_LINE
+        _badge(ax, (0.3, y), letter, badge_colour)
+        text = f"{name}: chapters {chapter_ranges(chapters)}, {path_minutes(parts, chapters)} min"
+        label(ax, (0.65, y), text, fontsize=10, ha="left")
     return ax.figure
