@@ -856,6 +856,7 @@ WRONG_ANSWERS = {
             "must have length 1",
         ),
         (lambda P, d, g: torch.eye(d, dtype=torch.float64)[:P], "the keys must be random"),
+        (lambda P, d, g: orthonormal_keys(P, d, None), "same seed gave different keys"),
     ],
     "check_moba_choice": [
         (lambda q, k, b, n: moba_choice(q, k, b, n, causal=False), "later in its own block"),

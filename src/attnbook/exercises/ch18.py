@@ -142,6 +142,13 @@ def check_orthonormal_keys(fn: Callable[[int, int, torch.Generator], Tensor]) ->
             )
     call = "orthonormal_keys(P=4, d_k=8, generator)"
     first = _as_tensor(_call(fn, call, 4, 8, _generator(10)), call, "a tensor")
+    again = _as_tensor(_call(fn, call, 4, 8, _generator(10)), call, "a tensor")
+    if not _close(first.double(), again.double(), atol=1e-9):
+        _fail(
+            f"{call}: two generators with the same seed gave different keys; draw the "
+            "keys with the generator passed in (torch.randn(..., generator=generator)), "
+            "not from the global random state"
+        )
     second = _as_tensor(_call(fn, call, 4, 8, _generator(11)), call, "a tensor")
     if _close(first.double(), second.double(), atol=1e-9):
         _fail(
