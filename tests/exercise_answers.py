@@ -322,6 +322,10 @@ def orthonormal_keys(count, d_k, generator):  # ch18
     return torch.linalg.qr(random).Q.T
 
 
+def chunk_end_state(start, keys, corrections, gamma):  # ch18
+    return gamma[-1] * start + (keys * (gamma[-1] / gamma)[:, None]).T @ corrections
+
+
 def moba_choice(q, k, block_size, top_k, *, own=True, causal=True, extra=0, future=True):  # ch19
     T = q.size(0)
     n_blocks = -(-T // block_size)
@@ -394,6 +398,7 @@ SOLUTIONS = {
     "check_delta_rule_step": delta_rule_step,
     "check_erase_gain": erase_gain,
     "check_orthonormal_keys": orthonormal_keys,
+    "check_chunk_end_state": chunk_end_state,
     "check_moba_choice": moba_choice,
     "check_recall": recall,
     "check_summary_mask": summary_mask,

@@ -20,6 +20,7 @@ from exercise_answers import (
     cache_bytes_per_token,
     causal_flash,
     causal_tile_kind,
+    chunk_end_state,
     concat_scores,
     delta_rows,
     delta_rule_step,
@@ -876,6 +877,20 @@ WRONG_ANSWERS = {
             "must have length 1",
         ),
         (lambda P, d, g: torch.eye(d, dtype=torch.float64)[:P], "the keys must be random"),
+        (lambda P, d, g: orthonormal_keys(P, d, None), "same seed gave different keys"),
+    ],
+    "check_chunk_end_state": [
+        (lambda S, K, U, g: g[-1] * S + K.T @ U, "pairs were not faded"),
+        (lambda S, K, U, g: g[-1] * S + (K * g[:, None]).T @ U, "faded pair i by gamma_i"),
+        (
+            lambda S, K, U, g: (
+                g[-1] * S + (K * (g[-1] / torch.cat([g.new_ones(1), g[:-1]]))[:, None]).T @ U
+            ),
+            "by its own alpha_i",
+        ),
+        (lambda S, K, U, g: S + (K * (g[-1] / g)[:, None]).T @ U, "S_0 was not faded"),
+        (lambda S, K, U, g: chunk_end_state(S, K, U, g).T, "shape (d_k, d_v) = (4, 3)"),
+        (lambda S, K, U, g: g[-1] * S + K.T @ U * g[-1], "expected gated_delta_rule's"),
     ],
     "check_moba_choice": [
         (lambda q, k, b, n: moba_choice(q, k, b, n, causal=False), "later in its own block"),

@@ -57,6 +57,7 @@ from attnbook.exercises.ch17 import (
     check_paged_slots,
 )
 from attnbook.exercises.ch18 import (
+    check_chunk_end_state,
     check_delta_rule_step,
     check_erase_gain,
     check_orthonormal_keys,
@@ -79,6 +80,7 @@ __all__ = [
     "check_concat_scores",
     "check_delta_rule_step",
     "check_erase_gain",
+    "check_chunk_end_state",
     "check_find_circuit",
     "check_gather_keys",
     "check_head_importance",

@@ -1,4 +1,5 @@
-"""Chapter 18's exercise checkers: the delta rule's update, its erase's gain, orthonormal keys."""
+"""Chapter 18's exercise checkers: the delta rule's update, its erase's gain, orthonormal keys,
+the state a chunk leaves."""
 
 from collections.abc import Callable
 
@@ -14,6 +15,7 @@ from attnbook.exercises._common import (
     _generator,
     _succeed,
 )
+from attnbook.linear.delta_rule import gated_delta_rule
 
 # Chapter 18: linear attention and the delta rule.
 
@@ -142,6 +144,13 @@ def check_orthonormal_keys(fn: Callable[[int, int, torch.Generator], Tensor]) ->
             )
     call = "orthonormal_keys(P=4, d_k=8, generator)"
     first = _as_tensor(_call(fn, call, 4, 8, _generator(10)), call, "a tensor")
+    again = _as_tensor(_call(fn, call, 4, 8, _generator(10)), call, "a tensor")
+    if not _close(first.double(), again.double(), atol=1e-9):
+        _fail(
+            f"{call}: two generators with the same seed gave different keys; draw the "
+            "keys with the generator passed in (torch.randn(..., generator=generator)), "
+            "not from the global random state"
+        )
     second = _as_tensor(_call(fn, call, 4, 8, _generator(11)), call, "a tensor")
     if _close(first.double(), second.double(), atol=1e-9):
         _fail(
@@ -152,4 +161,80 @@ def check_orthonormal_keys(fn: Callable[[int, int, torch.Generator], Tensor]) ->
     _succeed(
         "P orthonormal keys: each delta-rule write erases only along its own key, so "
         "every one of up to d_k pairs is read back exactly"
+    )
+
+
+def _chunk_case(seed: int, C: int, d_k: int = 4, d_v: int = 3):
+    """One head's chunk: S_0, K, the corrections U, gamma, and gated_delta_rule's end state."""
+    generator = _generator(seed)
+    q = torch.randn(C, d_k, generator=generator, dtype=torch.float64)  # (C, d_k)
+    keys = torch.randn(C, d_k, generator=generator, dtype=torch.float64)
+    keys = keys / keys.norm(dim=-1, keepdim=True)  # (C, d_k), unit rows
+    values = torch.randn(C, d_v, generator=generator, dtype=torch.float64)  # (C, d_v)
+    alpha = 0.5 + 0.5 * torch.rand(C, generator=generator, dtype=torch.float64)  # (C,)
+    beta = torch.rand(C, generator=generator, dtype=torch.float64)  # (C,)
+    start = torch.randn(d_k, d_v, generator=generator, dtype=torch.float64)  # S_0
+    state, corrections = start, []
+    for t in range(C):  # u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t)
+        correction = beta[t] * (values[t] - alpha[t] * state.T @ keys[t])  # (d_v,)
+        state = alpha[t] * state + torch.outer(keys[t], correction)  # (d_k, d_v)
+        corrections.append(correction)
+    # (1, 1, ...) each: B = H = 1
+    inputs = [x[None, None] for x in (q, keys, values, alpha, beta)]
+    _, end = gated_delta_rule(*inputs, initial_state=start[None, None])  # (1, 1, d_k, d_v)
+    return start, keys, torch.stack(corrections), alpha.cumprod(0), end[0, 0]
+
+
+def _chunk_hint(
+    result: Tensor, call: str, start: Tensor, keys: Tensor, corrections: Tensor, gamma: Tensor
+) -> None:
+    """Name the slip when ``result`` is one of the plausible wrong end states."""
+
+    def summed(fade: Tensor, carried: Tensor) -> Tensor:
+        # carried S_0 plus sum_i fade_i k_i u_i^T: (d_k, d_v)
+        return carried + (keys * fade[:, None]).T @ corrections
+
+    earlier = torch.cat([gamma.new_ones(1), gamma[:-1]])  # (C,): gamma_{i-1}
+    if _close(result, summed(torch.ones_like(gamma), gamma[-1] * start), atol=1e-9):
+        _fail(
+            f"{call}: the chunk's pairs were not faded; the pair written at step i "
+            "fades by alpha_{i+1} ... alpha_C = gamma_C / gamma_i before the chunk ends"
+        )
+    if _close(result, summed(gamma, gamma[-1] * start), atol=1e-9):
+        _fail(
+            f"{call}: you faded pair i by gamma_i, the decay before it was written; it "
+            "fades by what comes after it, gamma_C / gamma_i"
+        )
+    if _close(result, summed(gamma[-1] / earlier, gamma[-1] * start), atol=1e-9):
+        _fail(
+            f"{call}: pair i was faded by its own alpha_i too; each step decays the "
+            "memory before it writes, so pair i fades by gamma_C / gamma_i"
+        )
+    if _close(result, summed(gamma[-1] / gamma, start), atol=1e-9):
+        _fail(f"{call}: S_0 was not faded; it decays through the whole chunk: gamma_C S_0")
+
+
+@_checker
+def check_chunk_end_state(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> None:
+    """``fn(S0 (d_k, d_v), K (C, d_k), U (C, d_v), gamma (C,))`` -> S_C (d_k, d_v)."""
+    for seed, C in [(0, 6), (1, 8), (2, 1)]:
+        start, keys, corrections, gamma, end = _chunk_case(seed, C)
+        call = f"chunk_end_state(S0 (4, 3), K ({C}, 4), U ({C}, 3), gamma ({C},))"
+        args = (start.clone(), keys.clone(), corrections.clone(), gamma.clone())
+        result = _as_tensor(_call(fn, call, *args), call, "a tensor")
+        if tuple(result.shape) != (4, 3):
+            _fail(
+                f"{call} should return the state of shape (d_k, d_v) = (4, 3), got "
+                f"{tuple(result.shape)}"
+            )
+        if _close(result, end, atol=1e-9):
+            continue
+        _chunk_hint(result, call, start, keys, corrections, gamma)
+        _fail(
+            f"{call}: expected gated_delta_rule's state after the chunk, "
+            "gamma_C S_0 + sum_i (gamma_C / gamma_i) k_i u_i^T"
+        )
+    _succeed(
+        "S_C = gamma_C S_0 + K^T diag(gamma_C / gamma) U: the chunk's state in two matrix "
+        "products, whatever C is"
     )
