@@ -349,3 +349,81 @@ def test_shipped_induction_heads_compose_through_keys_and_copy():
     for head in range(4):
         rows = circuits.ov_logits(final, 1, head, VOCAB_SIZE)[:, :VOCAB_SIZE]
         assert (rows.argmax(dim=-1) == torch.arange(VOCAB_SIZE)).float().mean() > 0.7
+
+
+def reference_k_composition(model, heads, head, n_tokens):
+    """Float64 einsums over per-head weight views: layer 1's QK read through layer 0's OV."""
+    attention = model.blocks[1].attention
+    n_heads, d_head = attention.n_heads, attention.head_dim
+    as64 = {name: p.detach().double() for name, p in model.named_parameters()}
+    x = as64["token_embedding.weight"][:n_tokens] + as64["position_embedding.weight"].mean(0)
+
+    def layer_norm(values, prefix):
+        normed = torch.nn.functional.layer_norm(values, values.shape[-1:])
+        return normed * as64[f"{prefix}.weight"] + as64[f"{prefix}.bias"]
+
+    w_v = as64["blocks.0.attention.v_proj.weight"].view(n_heads, d_head, -1)  # (H, d, D)
+    b_v = as64["blocks.0.attention.v_proj.bias"].view(n_heads, d_head)  # (H, d)
+    w_o = as64["blocks.0.attention.out_proj.weight"].view(-1, n_heads, d_head)  # (D, H, d)
+    source = layer_norm(x, "blocks.0.attention_norm")  # (N, D)
+    values = torch.einsum("hde,ne->nhd", w_v, source) + b_v  # (N, H, d)
+    written = sum(torch.einsum("nd,ed->ne", values[:, h], w_o[:, h]) for h in heads)
+    key_in = (written - written.mean(-1, keepdim=True)) * as64["blocks.1.attention_norm.weight"]
+    w_q = as64["blocks.1.attention.q_proj.weight"].view(n_heads, d_head, -1)[head]
+    b_q = as64["blocks.1.attention.q_proj.bias"].view(n_heads, d_head)[head]
+    w_k = as64["blocks.1.attention.k_proj.weight"].view(n_heads, d_head, -1)[head]
+    query = layer_norm(x, "blocks.1.attention_norm") @ w_q.T + b_q  # (N, d)
+    key = key_in @ w_k.T  # (N, d)
+    return query @ key.T / d_head**0.5
+
+
+@pytest.mark.parametrize(("heads", "head"), [([0], 1), ([0, 2], 3), ([1, 2, 3], 0)])
+def test_k_composition_scores_match_float64_einsums(heads, head):
+    torch.manual_seed(1)
+    model = circuits.build_circuit_model().eval()
+    found = circuits.k_composition_scores(model, heads, head, 20)
+    assert found.shape == (20, 20)
+    expected = reference_k_composition(model, heads, head, 20)
+    torch.testing.assert_close(found.double(), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_k_composition_scores_add_over_the_earlier_heads():
+    torch.manual_seed(2)
+    model = circuits.build_circuit_model().eval()
+    both = circuits.k_composition_scores(model, [0, 2], 1, VOCAB_SIZE)
+    parts = [circuits.k_composition_scores(model, [h], 1, VOCAB_SIZE) for h in (0, 2)]
+    torch.testing.assert_close(both, parts[0] + parts[1], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(parts[0], parts[1])
+
+
+def test_shipped_induction_heads_match_the_previous_token_in_their_weights():
+    models, manifest = circuits.load_circuit_models()
+    final = models[f"random/{manifest['training']['steps']}"]
+    tokens = torch.arange(VOCAB_SIZE)
+    for head in range(4):
+        through_previous = circuits.k_composition_scores(final, [0, 2], head, VOCAB_SIZE)
+        through_others = circuits.k_composition_scores(final, [1, 3], head, VOCAB_SIZE)
+        assert (through_previous.argmax(dim=-1) == tokens).all()
+        assert (through_others.argmax(dim=-1) == tokens).float().mean() < 0.3
+
+
+@pytest.mark.parametrize(
+    ("heads", "head", "n_tokens", "message"),
+    [
+        ([4], 0, 64, r"layer, head: .* head in \[0, 4\), got layer = 0, head = 4"),
+        ([0], -1, 64, r"layer, head: .* got layer = 1, head = -1"),
+        ([0], 0, 66, r"n_tokens: expected 1 \.\. 65, got 66"),
+    ],
+)
+def test_k_composition_scores_refuse_bad_arguments(heads, head, n_tokens, message):
+    model = circuits.build_circuit_model().eval()
+    with pytest.raises(ValueError, match=message):
+        circuits.k_composition_scores(model, heads, head, n_tokens)
+
+
+def test_k_composition_scores_need_two_layers():
+    model = TinyDecoder(
+        VOCAB_SIZE + 1, d_model=16, n_heads=2, n_layers=1, max_len=8, attention_only=True
+    )
+    with pytest.raises(ValueError, match="model: expected at least 2 layers, got 1"):
+        circuits.k_composition_scores(model, [0], 0, 8)

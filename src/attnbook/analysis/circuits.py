@@ -235,6 +235,48 @@ def composition_measurements(
     }
 
 
+def _check_layer_head(model: TinyDecoder, layer: int, head: int) -> None:
+    if not 0 <= layer < len(model.blocks) or not 0 <= head < model.n_heads:
+        raise ValueError(
+            f"layer, head: expected a layer in [0, {len(model.blocks)}) and a head in "
+            f"[0, {model.n_heads}), got layer = {layer}, head = {head}"
+        )
+
+
+def _check_n_tokens(model: TinyDecoder, n_tokens: int) -> None:
+    if not 1 <= n_tokens <= model.vocab_size:
+        raise ValueError(f"n_tokens: expected 1 .. {model.vocab_size}, got {n_tokens}")
+
+
+def _token_inputs(model: TinyDecoder, n_tokens: int) -> Tensor:
+    """(N, D): tokens 0 .. n_tokens - 1 embedded, plus the mean position embedding."""
+    embedded = model.token_embedding.weight[:n_tokens]  # (N, D)
+    if model.position_embedding is not None:
+        embedded = embedded + model.position_embedding.weight.mean(dim=0)  # (N, D)
+    return embedded
+
+
+def _ov_writes(model: TinyDecoder, layer: int, heads: list[int], n_tokens: int) -> Tensor:
+    """(N, D): what ``heads`` of ``layer`` add to the stream, summed, on attending to token a.
+
+    Each head's value projection of token a's input (normalised as the layer normalises its
+    input), then its slice of the output projection; the output bias, shared by all heads,
+    is left out.
+    """
+    block = model.blocks[layer]
+    attention = block.attention
+    head_dim = attention.head_dim
+    values = attention.v_proj(block.attention_norm(_token_inputs(model, n_tokens)))
+    # values: (N, H_kv * d_head)
+    written = values.new_zeros(n_tokens, attention.out_proj.out_features)  # (N, D)
+    for head in heads:
+        kv_head = head // (attention.n_heads // attention.n_kv_heads)
+        value = values[:, kv_head * head_dim : (kv_head + 1) * head_dim]  # (N, d_head)
+        out_weight = attention.out_proj.weight[:, head * head_dim : (head + 1) * head_dim]
+        written = written + value @ out_weight.T  # (N, D)
+    return written
+
+
 @torch.no_grad()
 def ov_logits(model: TinyDecoder, layer: int, head: int, n_tokens: int) -> Tensor:
     """What one head writes when it attends to token a: logits (n_tokens, V), row a.
@@ -247,26 +289,46 @@ def ov_logits(model: TinyDecoder, layer: int, head: int, n_tokens: int) -> Tenso
     final LayerNorm's division by the stream's spread (one positive factor per position,
     which keeps each row's order), so it describes the head's weights, not a forward pass.
     """
-    if not 0 <= layer < len(model.blocks) or not 0 <= head < model.n_heads:
-        raise ValueError(
-            f"layer, head: expected a layer in [0, {len(model.blocks)}) and a head in "
-            f"[0, {model.n_heads}), got layer = {layer}, head = {head}"
-        )
-    if not 1 <= n_tokens <= model.vocab_size:
-        raise ValueError(f"n_tokens: expected 1 .. {model.vocab_size}, got {n_tokens}")
-    block = model.blocks[layer]
-    attention = block.attention
-    head_dim = attention.head_dim
-    embedded = model.token_embedding.weight[:n_tokens]  # (N, D)
-    if model.position_embedding is not None:
-        embedded = embedded + model.position_embedding.weight.mean(dim=0)  # (N, D)
-    values = attention.v_proj(block.attention_norm(embedded))  # (N, H_kv * d_head)
-    kv_head = head // (attention.n_heads // attention.n_kv_heads)
-    value = values[:, kv_head * head_dim : (kv_head + 1) * head_dim]  # (N, d_head)
-    out_weight = attention.out_proj.weight[:, head * head_dim : (head + 1) * head_dim]
-    written = value @ out_weight.T  # (N, D): what the head adds to the stream
+    _check_layer_head(model, layer, head)
+    _check_n_tokens(model, n_tokens)
+    written = _ov_writes(model, layer, [head], n_tokens)  # (N, D)
     centred = written - written.mean(dim=-1, keepdim=True)  # (N, D)
     return (centred * model.final_norm.weight) @ model.lm_head.weight.T  # (N, V)
+
+
+@torch.no_grad()
+def k_composition_scores(model: TinyDecoder, heads: list[int], head: int, n_tokens: int) -> Tensor:
+    """Layer 1's QK circuit read through layer 0's OV circuits: scores (n_tokens, n_tokens).
+
+    Row a, column b: the attention score (before softmax) that layer 1's ``head`` gives, at
+    a query whose token is a, to a key position at which layer 0's ``heads`` attended to
+    token b and wrote what their OV circuits write for it (:func:`ov_logits`' first step,
+    summed over ``heads``). For a previous-token head, b is the key's previous token, so an
+    induction head that matches "the previous token was my token" (K-composition, Elhage et
+    al., 2021) puts a bright diagonal here. The query is token a's embedding plus the mean
+    position, normalised by layer 1's LayerNorm; the key is the linear part of that
+    LayerNorm (centring and scale, not the division by the stream's spread) applied to what
+    layer 0 wrote, alone (what the key's own token adds is left out, and so is the key bias,
+    which adds one constant to each row). Weights only, not a forward pass.
+    """
+    if len(model.blocks) < 2:
+        raise ValueError(f"model: expected at least 2 layers, got {len(model.blocks)}")
+    for earlier in heads:
+        _check_layer_head(model, 0, earlier)
+    _check_layer_head(model, 1, head)
+    _check_n_tokens(model, n_tokens)
+    block = model.blocks[1]
+    attention = block.attention
+    head_dim = attention.head_dim
+    kv_head = head // (attention.n_heads // attention.n_kv_heads)
+    queries = _token_inputs(model, n_tokens)  # (N, D)
+    query = attention.q_proj(block.attention_norm(queries))  # (N, H * d_head)
+    query = query[:, head * head_dim : (head + 1) * head_dim]  # (N, d_head)
+    written = _ov_writes(model, 0, list(heads), n_tokens)  # (N, D)
+    centred = written - written.mean(dim=-1, keepdim=True)  # (N, D)
+    key_weight = attention.k_proj.weight[kv_head * head_dim : (kv_head + 1) * head_dim]
+    key = (centred * block.attention_norm.weight) @ key_weight.T  # (N, d_head)
+    return query @ key.T / head_dim**0.5  # (N, N)
 
 
 def _read_shipped(name: str) -> bytes:

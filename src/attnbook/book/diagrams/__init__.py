@@ -6,6 +6,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 """
 
 from attnbook.book.diagrams.book_map import book_map
+from attnbook.book.diagrams.circuits import induction_circuit
 from attnbook.book.diagrams.dataflow import attention_shapes, self_attention_dataflow
 from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
@@ -38,6 +39,7 @@ __all__ = [
     "delta_rule_update",  # chapter 18
     "gated_deltanet_layer",  # chapter 18
     "head_split",  # chapter 5
+    "induction_circuit",  # chapter 14
     "indexer_flow",  # chapter 19
     "key_selection",  # chapter 19
     "mask_gallery",  # chapter 4
