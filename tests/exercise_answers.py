@@ -169,6 +169,20 @@ def previous_share(weights):
     return weights.diagonal(offset=-1).mean().item()
 
 
+def previous_shares(model, tokens, skip=True, skip_two=True, layer=0, key=2):
+    with torch.no_grad():
+        weights = model.attention_weights(tokens)[layer]  # (B, H, T, T)
+
+    def on(offset, skip):
+        diagonal = weights.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (B, H, T - k)
+        if skip:
+            return diagonal.mean(dim=(0, 2))
+        return diagonal.sum(dim=(0, 2)) / (weights.size(0) * weights.size(-1))
+
+    shares = on(1, skip)
+    return shares, shares / on(key, skip_two)
+
+
 def head_importance(model, inputs, targets, dtype=None):
     n_layers, n_heads = len(model.blocks), model.blocks[0].attention.n_heads
     dtype = dtype or next(model.parameters()).dtype  # the gates must match the model
@@ -380,6 +394,7 @@ SOLUTIONS = {
     "check_cache_bytes_per_token": cache_bytes_per_token,
     "check_start_of_word_weight": start_of_word_weight,
     "check_previous_share": previous_share,
+    "check_previous_shares": previous_shares,
     "check_head_importance": head_importance,
     "check_supported_orderings": supported_orderings,
     "check_induction_share": induction_share,

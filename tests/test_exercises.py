@@ -33,6 +33,7 @@ from exercise_answers import (
     merge_partials,
     moba_choice,
     orthonormal_keys,
+    previous_shares,
     query_magnitude,
     recall,
     receptive_field,
@@ -654,6 +655,21 @@ WRONG_ANSWERS = {
         (lambda w: w.diagonal(-1).sum().item(), "that is the sum of weights[i, i - 1]"),
         (lambda w: w.diagonal(1).mean().item(), "key i + 1 is in query i's future"),
     ],
+    "check_previous_shares": [
+        (lambda *a: previous_shares(*a, skip=False), "query 0 has no previous character"),
+        (lambda *a: previous_shares(*a, layer=-1), "those are the last layer's shares"),
+        (lambda *a: previous_shares(*a, key=0), "not key i"),
+        (
+            lambda *a: (previous_shares(*a)[0], 1 / previous_shares(*a)[1]),
+            "the ratio is upside down",
+        ),
+        (
+            lambda *a: previous_shares(*a, skip_two=False),
+            "queries 0 and 1 have no key two back",
+        ),
+        (lambda *a: previous_shares(*a)[0], "should return two (H,) tensors"),
+        (lambda *a: (previous_shares(*a)[0] * 4, previous_shares(*a)[1]), "4 times too large"),
+    ],
     "check_head_importance": [
         (batch_gradient, "so gradients of opposite signs do not cancel"),
         (lambda *a: batch_gradient(*a, absolute=False), "the importance is an absolute value"),
@@ -673,6 +689,7 @@ WRONG_ANSWERS = {
         ),
         (lambda L: supported_orderings(L, per_seed=False), "that uses +- 2 standard deviations"),
         (lambda L: supported_orderings(L, n_spreads=1.0), "that uses +- 1 standard error"),
+        (lambda L: supported_orderings(L, n_spreads=1.96), "that uses +- 1.96 standard errors"),
         (lambda L: supported_orderings(L, n_less=1), "that divides by sqrt(n - 1)"),
         (lambda L: supported_orderings(L, strict=False), "that ranks intervals that only touch"),
         (lambda L: {(1, 4)}, "expected [(2, 1), (8, 1)]: a pair (a, b) belongs"),

@@ -36,6 +36,7 @@ from attnbook.exercises.ch12 import check_cache_bytes_per_token, check_start_of_
 from attnbook.exercises.ch13 import (
     check_head_importance,
     check_previous_share,
+    check_previous_shares,
     check_supported_orderings,
 )
 from attnbook.exercises.ch14 import check_find_circuit, check_induction_share
@@ -99,6 +100,7 @@ __all__ = [
     "check_preallocated_kv_cache",
     "check_prefix_lm_mask",
     "check_previous_share",
+    "check_previous_shares",
     "check_receptive_field",
     "check_recall",
     "check_repeat_kv",

@@ -88,8 +88,8 @@ def check_head_importance(fn: Callable[[nn.Module, Tensor, Tensor], Tensor]) -> 
     (batch_gradient,) = torch.autograd.grad(loss, gates)  # (L, H)
     if _close(result.detach(), batch_gradient.abs(), atol=1e-8):
         _fail(
-            f"{call}: that is |d (mean loss over the batch) / d xi|: take one window at a time "
-            f"and average the absolute values, so gradients of opposite signs do not cancel"
+            f"{call}: that is |d (mean loss over the batch) / d xi|: take |.| of each "
+            f"window's own gradient before the mean, so gradients of opposite signs do not cancel"
         )
     if _close(result.detach(), batch_gradient, atol=1e-8):
         _fail(f"{call}: the importance is an absolute value, per window, then averaged")
@@ -112,6 +112,7 @@ _ORDERING_CASES = [  # dict H -> per-seed losses; each mistake below gives other
     {2: [1.0, 1.2], 4: [1.24, 1.44]},  # two seeds: means 1.2 standard errors apart
     {1: [1.0, 1.1, 1.2], 4: [1.25, 1.35, 1.45]},  # apart with s / sqrt(n), not s / sqrt(n - 1)
     {2: [1.5, 1.5], 4: [1.5, 1.5], 8: [1.0, 1.2]},  # 2 and 4 touch exactly: unranked
+    {1: [1.0, 1.1, 1.2], 2: [1.2286, 1.3286, 1.4286]},  # apart at 1.96 se, not at 2 se
 ]
 
 
@@ -143,6 +144,10 @@ _ORDERING_MISTAKES = [  # what each typical mistake answers, and what is wrong w
     (
         lambda losses: _separated(losses, lambda v: 2 * statistics.stdev(v)),
         "that uses +- 2 standard deviations; the rule uses standard errors, std / sqrt(n)",
+    ),
+    (
+        lambda losses: _separated(losses, lambda v: 1.96 * statistics.stdev(v) / math.sqrt(len(v))),
+        "that uses +- 1.96 standard errors; the rule's intervals are mean +- 2 standard errors",
     ),
     (
         lambda losses: _separated(losses, lambda v: statistics.stdev(v) / math.sqrt(len(v))),
@@ -193,3 +198,62 @@ def check_supported_orderings(fn: Callable[[dict], set]) -> None:
         f"{call} returned {sorted(results[case])}, expected {sorted(expected[case])}: a pair "
         f"(a, b) belongs in the set when mean_a + 2 se_a < mean_b - 2 se_b"
     )
+
+
+def _layer_zero_offsets(model: TinyDecoder, tokens: Tensor) -> dict[str, Tensor]:
+    """Layer 0's mean weight per head on keys i, i - 1 and i - 2, each over the queries that
+    have such a key, with the slips a learner might make: each an (H,) tensor."""
+    with torch.no_grad():
+        weights = model.attention_weights(tokens)  # (L, B, H, T, T)
+
+    def mean_on(layer: int, offset: int, skip: bool = True) -> Tensor:
+        diagonal = weights[layer].diagonal(offset=-offset, dim1=-2, dim2=-1)  # (B, H, T - k)
+        if skip:
+            return diagonal.mean(dim=(0, 2))  # (H,)
+        return diagonal.sum(dim=(0, 2)) / (weights.size(1) * weights.size(-1))  # (H,)
+
+    return {
+        "previous": mean_on(0, 1),
+        "two_back": mean_on(0, 2),
+        "current": mean_on(0, 0),
+        "previous_all_queries": mean_on(0, 1, skip=False),
+        "two_back_all_queries": mean_on(0, 2, skip=False),
+        "last_layer": mean_on(-1, 1),
+    }
+
+
+@_checker
+def check_previous_shares(fn: Callable[[nn.Module, Tensor], tuple[Tensor, Tensor]]) -> None:
+    """``fn(model, tokens (B, T))`` -> (shares, ratios), two (H,) tensors for layer 0: the mean
+    weight on key i - 1 (queries 1 .. T - 1) and that share over the weight on key i - 2
+    (queries 2 .. T - 1), both averaged over every window."""
+    model, tokens, _ = _gated_model()
+    call = "previous_shares(model, tokens (4, 6))"
+    answer = _call(fn, call, model, tokens.clone())
+    if not isinstance(answer, tuple | list) or len(answer) != 2:
+        _fail(f"{call} should return two (H,) tensors, (shares, ratios)")
+    shares, ratios = (_as_tensor(part, call, "two (H,) tensors") for part in answer)
+    for name, part in (("shares", shares), ("ratios", ratios)):
+        if tuple(part.shape) != (2,):
+            _fail(f"{call}: {name} should have shape (H,) = (2,), got {tuple(part.shape)}")
+    keys = _layer_zero_offsets(model, tokens)
+    shares, ratios = shares.detach(), ratios.detach()
+    if _close(shares, keys["last_layer"], atol=1e-6):
+        _fail(f"{call}: those are the last layer's shares; the question is about layer 0")
+    if _close(shares, keys["previous_all_queries"], atol=1e-6):
+        _fail(f"{call}: query 0 has no previous character; average over queries 1 to T - 1")
+    if _close(shares, keys["current"], atol=1e-6):
+        _fail(f"{call}: that is the weight on key i itself; the previous character is key i - 1")
+    if _close(shares, keys["previous"] * tokens.size(0), atol=1e-6):
+        _fail(f"{call}: the shares are {tokens.size(0)} times too large: average over windows")
+    if not _close(shares, keys["previous"], atol=1e-6):
+        _fail(f"{call}: shares should be the mean of layer 0's weights[i, i - 1], per head")
+    if _close(ratios, keys["two_back"] / keys["previous"], atol=1e-6):
+        _fail(f"{call}: the ratio is upside down: the previous share over the two-back one")
+    if _close(ratios, keys["previous"] / keys["current"], atol=1e-6):
+        _fail(f"{call}: the ratio compares key i - 1 with key i - 2 (two back), not key i")
+    if _close(ratios, keys["previous"] / keys["two_back_all_queries"], atol=1e-6):
+        _fail(f"{call}: queries 0 and 1 have no key two back; average over queries 2 to T - 1")
+    if not _close(ratios, keys["previous"] / keys["two_back"], atol=1e-6):
+        _fail(f"{call}: ratios should be each share over the head's mean weight on key i - 2")
+    _succeed("layer 0's shares on key i - 1, and each against its weight on key i - 2")
