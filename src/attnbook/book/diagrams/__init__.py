@@ -8,6 +8,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 from attnbook.book.diagrams.book_map import book_map
 from attnbook.book.diagrams.circuits import induction_circuit
 from attnbook.book.diagrams.dataflow import attention_shapes, self_attention_dataflow
+from attnbook.book.diagrams.groups import query_groups
 from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.kernel_memory import kernel_memory
@@ -56,4 +57,5 @@ __all__ = [
     "seq2seq_decoders",  # chapter 1
     "tiling_grid",  # chapter 9
     "tiny_gpt_variants",  # chapter 12
+    "query_groups",  # chapter 6
 ]
