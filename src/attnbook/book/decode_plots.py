@@ -123,7 +123,7 @@ def plot_step_vs_read(
         raise ValueError(
             f"read_tries: expected the keys of step_tries {list(steps)}, got {list(reads)}"
         )
-    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
     centres = np.arange(len(steps))
     for i, (name, tries) in enumerate([("decoding step", steps), ("reading the cache", reads)]):
         ms = [1e3 * values for values in tries.values()]
@@ -140,5 +140,6 @@ def plot_step_vs_read(
         )
     ax.set_xticks(centres, [f"H_kv = {n}" for n in steps])
     ax.set_ylabel("time (ms)")
-    ax.legend(fontsize=8)
+    # beside the axes, so no bar's top or whisker hides behind it
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
