@@ -71,3 +71,5 @@ def test_tiny_gpt_variants_lists_what_each_variant_caches():
     for cached in ("2 x 8 x d_head", "2 x 2 x d_head", "2 x d_head", "d_c = 24"):
         assert cached in shown
     assert "W_K, W_V: 8 key/value heads" in shown and "LayerNorm, attention" in shown
+    assert "LayerNorm, MLP\n(width set per variant)" in shown  # the width differs too
+    assert not any("only part" in text for text in shown)

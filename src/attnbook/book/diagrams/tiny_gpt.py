@@ -38,14 +38,14 @@ def tiny_gpt_variants(
     label(ax, (0.45, 5.55), f"block\nx {n_layers}", fontsize=8)
     box(ax, 0.3, 2.7, 3.2, 0.6, "LayerNorm, attention", color=YELLOW)
     box(ax, 0.9, 3.6, 2.0, 0.5, "x + attention", fontsize=8)
-    box(ax, 0.3, 4.4, 3.2, 0.6, "LayerNorm, MLP")
+    box(ax, 0.3, 4.4, 3.2, 0.6, "LayerNorm, MLP\n(width set per variant)", fontsize=8)
     box(ax, 0.9, 5.15, 2.0, 0.5, "x + MLP", fontsize=8)
     box(ax, 0.3, 6.5, 3.2, 0.6, "LayerNorm, linear head")
     box(ax, 0.3, 7.4, 3.2, 0.6, "logits (B, T, V)")
     for bottom, top in [(0.9, 1.3), (2.1, 2.7), (3.3, 3.6), (4.1, 4.4), (5.0, 5.15), (5.65, 6.5)]:
         arrow(ax, (1.9, bottom), (1.9, top))
     arrow(ax, (1.9, 7.1), (1.9, 7.4))
-    arrow(ax, (3.5, 3.0), (4.6, 4.6), "the only part\nthat differs", curve=-0.2, fontsize=8)
+    arrow(ax, (3.5, 3.0), (4.6, 4.6), "differs by\nvariant", curve=-0.2, fontsize=8)
     label(ax, (5.1, 7.6), "variant", fontsize=10, ha="left")
     label(ax, (6.4, 7.6), "keys and values come from", fontsize=10, ha="left")
     label(ax, (10.3, 7.6), "cached per token, layer", fontsize=10, ha="left")
@@ -58,8 +58,8 @@ def tiny_gpt_variants(
     label(
         ax,
         (8.7, 1.4),
-        f"every variant has {n_heads} query heads; only the key/value path\n"
-        "and the cache differ (parameters matched through the MLP width)",
+        f"every variant has {n_heads} query heads; the key/value path, the cache\n"
+        "and the MLP width differ (the width matches the parameters)",
         fontsize=8.5,
     )
     return ax.figure
