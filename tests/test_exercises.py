@@ -391,6 +391,15 @@ def lowest_previous(model):  # ch14
     return previous.argmin().item(), induction.argmax().item()
 
 
+def non_repeating(model):  # ch14: scored on sequences that never repeat
+    tokens = torch.randint(0, 64, (32, 21), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = 64  # BOS, then 20 tokens with no second block
+    weights = model.attention_weights(tokens)[..., 1:, 1:]  # (L, B, H, 20, 20)
+    previous = previous_token_score(weights[0]).mean(dim=0)  # (H,)
+    induction = induction_score(weights[1], 10).mean(dim=0)  # (H,)
+    return previous.argmax().item(), induction.argmax().item()
+
+
 def lowest_both(model):  # ch14: argmin for both heads; layer 1's heads tie in mystery 0
     previous, induction, _, _ = circuit_scores(model)
     return previous.argmin().item(), induction.argmin().item()
@@ -714,6 +723,10 @@ WRONG_ANSWERS = {
         (lowest_both, "That is the lowest score of the layer"),
         (current_token_head, "the most weight on key t itself"),
         (scores_key_t_minus_p, "the most weight on key t - period, the earlier copy"),
+        # in the mystery models with switched-off heads, this picks the same uniform head as
+        # scoring key t - P, so the hint names that key only as a possibility
+        (non_repeating, "if that is the key you scored, an induction head looks one key"),
+        (lambda model: (0, 3), "That is the lowest score of the layer; take the highest"),
         (lambda model: 3, "should return two head numbers"),
         (lambda model: (0.0, 1.0), "should return two ints"),
         (lambda model: (4, 0), "each layer has heads 0 to 3"),
@@ -1020,6 +1033,13 @@ def test_reader_errors_are_reported_with_the_call():
     expect_message(
         exercises.check_window_mask, crashes, "window_mask(6, 2) raised IndexError: index 6"
     )
+
+
+def test_find_circuit_names_a_mistaken_key_only_if_every_model_shows_it():
+    # (0, 3) is, in one mystery model only, the head with the most weight on key t itself
+    with pytest.raises(ExerciseError) as raised:
+        exercises.check_find_circuit(lambda model: (0, 3))
+    assert "the most weight on" not in str(raised.value)
 
 
 def test_a_wrong_answer_that_raises_something_else_still_fails():

@@ -126,8 +126,20 @@ def _as_good_as_best(scores: Tensor, head: int) -> bool:
     return bool((scores[:, head] >= best - TOLERANCE).any())
 
 
-def _head_hint(scores: dict[str, Tensor], wanted: str, head: int) -> str:
-    """Why ``head`` is not a head of kind ``wanted``, judged from what it attends to."""
+def _made_mistake(answers: list[list[int]], wanted: str) -> bool:
+    """Whether every answer's head of kind ``wanted`` is, in its mystery model, the head with
+    the most weight on that kind's mistaken key: a match in one model may be chance."""
+    layer = _SCORED[wanted][0]
+    mistake = "current" if layer == 0 else "duplicate"
+    return all(
+        _mystery_scores(seed)[mistake].mean(dim=0).argmax().item() == answer[layer]
+        for seed, answer in enumerate(answers)
+    )
+
+
+def _head_hint(scores: dict[str, Tensor], wanted: str, head: int, mistaken: bool) -> str:
+    """Why ``head`` is not a head of kind ``wanted``, judged from what it attends to;
+    ``mistaken``: whether the answers made that kind's typical mistake in every model."""
     layer, key = _SCORED[wanted]
     mean = scores[wanted].mean(dim=0)  # (H,)
     best = mean.argmax().item()
@@ -137,14 +149,15 @@ def _head_hint(scores: dict[str, Tensor], wanted: str, head: int) -> str:
     )
     mistake = "current" if layer == 0 else "duplicate"
     notes = []
-    if scores[mistake].mean(dim=0).argmax().item() == head:
+    if mistaken:
         notes.append(
             f"head {head} is the one with the most weight on {_SCORED[mistake][1]}"
             + (
-                ", the earlier copy of the current token; an induction head looks one key "
-                "further, at the token that followed it: key t - period + 1"
+                ", the earlier copy of the current token: if that is the key you scored, an "
+                "induction head looks one key further, at the token that followed it: key "
+                "t - period + 1"
                 if layer == 1
-                else "; the previous token is key t - 1"
+                else ": if that is the key you scored, the previous token is key t - 1"
             )
         )
     if mean.argmin().item() == head:
@@ -199,8 +212,10 @@ def check_find_circuit(fn: Callable[[TinyDecoder], tuple]) -> None:
                 f"{call} returned {tuple(got)}: the order is (previous-token head, induction head)"
             )
         if not previous_ok:
-            _fail(f"{call}: {_head_hint(scores, 'previous', got[0])}")
-        _fail(f"{call}: {_head_hint(scores, 'induction', got[1])}")
+            hint = _head_hint(scores, "previous", got[0], _made_mistake(answers, "previous"))
+            _fail(f"{call}: {hint}")
+        hint = _head_hint(scores, "induction", got[1], _made_mistake(answers, "induction"))
+        _fail(f"{call}: {hint}")
     _succeed(
         "a previous-token head and an induction head, found however the heads are numbered "
         "and whichever are switched off"
