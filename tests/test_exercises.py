@@ -449,6 +449,12 @@ def recall_as_precision(c, t, k):  # ch19: hits over the picks made, not over k
     return (hits / (c >= 0).sum(-1).clamp(min=1))[k:]
 
 
+def recall_one_hot(c, t, k):  # ch19: a one-hot by fancy indexing sends a -1 to key S - 1
+    picked = torch.zeros_like(t, dtype=torch.bool)
+    picked[torch.arange(t.size(0))[:, None], c] = True  # (T, S)
+    return picked.gather(-1, t.topk(k, -1).indices).double().mean(-1)[k:]
+
+
 def keep_first(source, n_kv_heads, **wrong):  # ch06: the reference, with a mistake switched on
     return SOLUTIONS["check_keep_first_kv_head"](source, n_kv_heads, **wrong)
 
@@ -934,6 +940,7 @@ WRONG_ANSWERS = {
         (lambda c, t, k: recall(c, t, k) * k, "a recall is a share"),
         (recall_without_topk, "compare the chosen ids"),
         (recall_as_precision, "that is precision"),
+        (recall_one_hot, "a -1 used as an index"),
     ],
     "check_summary_mask": [
         (lambda T, b: summary_mask(T, b, first_key=True), "in its future"),

@@ -12,6 +12,7 @@ from attnbook.core.heads import repeat_kv
 from attnbook.core.masks import causal_mask, sliding_window_mask
 from attnbook.models.sparse_models import (
     PROBES,
+    WINDOW_PROBES,
     build_sparse_model,
     head_topk_mask,
     heaviest_blocks_mask,
@@ -410,6 +411,28 @@ def test_heaviest_blocks_mask_matches_a_plain_loop(block_size, top_k):
         best = sorted(range(own), key=lambda j: -mass[j])[: top_k - 1]
         expected = [s for s in range(t + 1) if s // block_size in [own, *best]]
         assert mask[b, h, t].nonzero().flatten().tolist() == expected
+
+
+def test_window_probes_add_the_last_two_keys_to_a_block_rule_within_four_keys():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, 3, 11, 8, dtype=F64)
+    weights = (q @ k.transpose(-2, -1)).masked_fill(~causal_mask(11), float("-inf")).softmax(-1)
+    rules = {
+        "window 2 + MoBA: blocks of 2, q . mean key": moba_mask(q, k, block_size=2, top_k=2),
+        "window 2 + blocks of 2, heaviest block": heaviest_blocks_mask(
+            weights, block_size=2, top_k=2
+        ),
+    }
+    assert list(WINDOW_PROBES) == list(rules)
+    for name, blocks in rules.items():
+        mask = WINDOW_PROBES[name](q, k, weights)  # (B, H, T, S)
+        for b, h, t in itertools.product(range(2), range(3), range(11)):
+            read = set(mask[b, h, t].nonzero().flatten().tolist())
+            picked = set(blocks[b, h, t].nonzero().flatten().tolist())
+            assert read == picked | {t, max(t - 1, 0)}
+            assert len(read) <= 4
+        assert not (mask & ~causal_mask(11)).any()
+        assert not torch.equal(mask, blocks)  # the window adds keys somewhere
 
 
 def test_head_topk_mask_reads_each_heads_heaviest_keys_causally():

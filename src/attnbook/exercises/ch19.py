@@ -104,10 +104,14 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
     length, top_k = 9, 3
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     target = torch.rand(length, length, generator=generator, dtype=torch.float64)
+    target[-1, -1] = 4.0  # the last query's heaviest key is itself, key S - 1: a -1 read as
+    # an index (picks[rows, chosen] = True, or chosen[..., -1]) would wrongly hit it
     target = (target * causal) / (target * causal).sum(-1, keepdim=True)  # (T, S)
     noisy = target + 0.2 * torch.rand(length, length, generator=generator, dtype=torch.float64)
     chosen = topk_tokens(noisy.masked_fill(~causal, float("-inf"))[None], top_k)[0]  # (T, k)
-    chosen[-1, 0] = -1  # an empty slot: it misses a key, so it counts in the denominator
+    # the last query: an empty slot (-1: a missed key, so it counts in the denominator), its
+    # dense second-best key (a hit) and BOS (a miss, as BOS gets little weight here)
+    chosen[-1] = torch.stack([torch.tensor(-1), target[-1].topk(2).indices[1], torch.tensor(0)])
     call = f"recall(chosen ({length}, {top_k}), target ({length}, {length}), {top_k})"
     result = _as_tensor(_call(fn, call, chosen.clone(), target.clone(), top_k), call, "a tensor")
     expected = topk_recall(chosen[None], target[None], top_k)  # (n,)
@@ -128,6 +132,12 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
         _fail(
             f"{call}: that is precision (hits / picks made); recall divides by k = {top_k}, "
             "so an empty slot (-1) counts as a missed key"
+        )
+    if result[-1] > expected[-1]:
+        _fail(
+            f"{call}: the last query scores a hit on key {length - 1} through its empty slot: "
+            "a -1 used as an index (picked[rows, chosen] = True) marks the last key; a -1 is "
+            "never a hit, so compare ids or drop the -1 slots first"
         )
     _fail(
         f"{call}: recall of query t = |chosen(t) & dense top k(t)| / k; compare the chosen ids "

@@ -13,8 +13,9 @@ read at most ``KEYS = 4`` of up to 33 keys per query (or all of them, for dense)
   (KL, everything else frozen), then sparse training over its top 4 tokens.
 
 :func:`with_choice` runs a trained dense model over the keys a rule picks, with no training
-(``PROBES``: the heaviest block of 2, MoBA with blocks of 1, each head's exact top 4), to
-measure what a selection rule alone costs.
+(``PROBES``: the heaviest block of 2, MoBA with blocks of 1, each head's exact top 4;
+``WINDOW_PROBES``: blocks of 2 plus a sliding window of 2, as NSA adds one), to measure what a
+selection rule alone costs.
 
 ``scripts/train_sparse_models.py`` trains them (two seeds) and writes ``data/sparse_models.pt``
 and its manifest; :func:`load_sparse_models` reads them back.
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnbook.core.masks import causal_mask
+from attnbook.core.masks import causal_mask, sliding_window_mask
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.shipped import (
     check_sha256,
@@ -143,6 +144,30 @@ PROBES = {
     "blocks of 2, heaviest block": lambda q, k, w: heaviest_blocks_mask(w, block_size=2, top_k=2),
     "MoBA: blocks of 1, q . k": lambda q, k, w: moba_mask(q, k, block_size=1, top_k=KEYS),
     "each head's exact top 4": lambda q, k, w: head_topk_mask(w, KEYS),
+}
+
+
+def with_window(rule, window: int = 2):
+    """``rule`` for :func:`with_choice` plus each query's last ``window`` keys (itself included).
+
+    A probe of NSA's sliding window: the union is read by one softmax, not by NSA's gated sum of
+    separate branches.
+    """
+
+    def choose(q: Tensor, k: Tensor, weights: Tensor) -> Tensor:
+        local = sliding_window_mask(q.size(-2), window, device=q.device)  # (T, S)
+        return rule(q, k, weights) | local
+
+    return choose
+
+
+# blocks of 2 with a window of 2: at most 4 keys per query (the window covers the own block, or
+# the own block and the previous token)
+WINDOW_PROBES = {
+    "window 2 + MoBA: blocks of 2, q . mean key": with_window(
+        lambda q, k, w: moba_mask(q, k, block_size=2, top_k=2)
+    ),
+    "window 2 + blocks of 2, heaviest block": with_window(PROBES["blocks of 2, heaviest block"]),
 }
 
 
