@@ -89,13 +89,15 @@ def test_gated_deltanet_layer_draws_the_six_steps_in_order():
     assert any("S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1}" in text for text in shown)
     assert "Gated DeltaNet: D = 32, H = 4 heads of d_head = 8" in shown
     assert any("d_head x d_head = 64 numbers" in text for text in shown)
+    assert any("per layer, the last 3 inputs of the convolution, 3 x 3D = 288" in t for t in shown)
 
 
 def test_gated_deltanet_layer_follows_its_sizes_and_refuses_bad_ones():
     shown = figure_texts(gated_deltanet_layer(d_model=64, n_heads=2, conv_kernel=3))
     assert "Gated DeltaNet: D = 64, H = 2 heads of d_head = 32" in shown
     assert any("(3 tokens)" in text for text in shown)
-    assert any("= 1024 numbers, plus the last 2 inputs" in text for text in shown)
+    assert any("= 1024 numbers; per layer, the last 2 inputs" in text for text in shown)
+    assert any("2 x 3D = 384 numbers" in text for text in shown)
     with pytest.raises(ValueError, match=r"n_heads: expected a divisor of d_model = 32, got 5"):
         gated_deltanet_layer(n_heads=5)
     with pytest.raises(ValueError, match=r"conv_kernel: expected a positive int, got 0"):

@@ -5,12 +5,13 @@ definition (a loop over the explicit matrices), so a bug shared by two forms can
 """
 
 import functools
+import math
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-from attnbook.linear.delta_rule import gated_delta_rule
+from attnbook.linear.delta_rule import chunk_final_state, gated_delta_rule
 from attnbook.linear.linear_attention import linear_attention, linear_attention_weights
 
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 2e-5}
@@ -196,3 +197,29 @@ def test_empty_sequences_give_empty_outputs_and_the_initial_state():
         assert out.shape == (2, 3, 0, 5) and torch.equal(state, start)
     for form in ("parallel", "recurrent", "chunked"):
         assert linear_attention(q, k, v, form=form).shape == (2, 3, 0, 5)
+
+
+def test_chunk_final_state_is_the_recurrences_state_at_the_chunks_end():
+    q, k, v, alpha, beta = (x[0, 0] for x in inputs(torch.float64, length=9))
+    start = torch.randn(8, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    state, corrections = start, []
+    for t in range(9):  # the recurrence, keeping each correction u_t
+        u = beta[t] * (v[t] - alpha[t] * state.T @ k[t])
+        state = alpha[t] * state + torch.outer(k[t], u)
+        corrections.append(u)
+    got = chunk_final_state(start, k, torch.stack(corrections), alpha.log().cumsum(0))
+    torch.testing.assert_close(got, state, rtol=0, atol=1e-12)
+    _, library = gated_delta_rule(
+        *(x[None, None] for x in (q, k, v, alpha, beta)),
+        initial_state=start[None, None],
+        chunk_size=9,
+    )
+    torch.testing.assert_close(got, library[0, 0], rtol=0, atol=1e-12)
+
+
+def test_chunk_final_state_stays_finite_where_gamma_underflows():
+    k = F.normalize(torch.randn(64, 4, dtype=torch.float32), dim=-1)
+    u, start = torch.randn(64, 3), torch.randn(4, 3)
+    log_gamma = torch.full((64,), math.log(1e-30)).cumsum(0)  # gamma_t underflows to 0
+    got = chunk_final_state(start, k, u, log_gamma)
+    torch.testing.assert_close(got, torch.outer(k[-1], u[-1]))

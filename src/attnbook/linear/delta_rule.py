@@ -123,6 +123,18 @@ def chunk_corrections(k, v, log_decay, beta) -> tuple[Tensor, Tensor]:
     return solved[..., v.size(-1) :], solved[..., : v.size(-1)]
 
 
+def chunk_final_state(state, k, u, log_decay) -> Tensor:
+    """The state after a chunk, from the state at its start: (..., d_k, d_v).
+
+    state (..., d_k, d_v) is S_0, k (..., C, d_k) the chunk's keys, u (..., C, d_v) its
+    corrections, log_decay (..., C) = log gamma_t. The decay ratios gamma_C / gamma_i come from
+    differences of log gamma, so a chunk whose gamma_i underflow to 0 still gives finite states.
+    """
+    carried = log_decay[..., -1, None, None].exp() * state  # (..., d_k, d_v): gamma_C S_0
+    faded = (log_decay[..., -1:] - log_decay).exp()  # (..., C): gamma_C / gamma_i
+    return carried + (k * faded[..., None]).transpose(-1, -2) @ u
+
+
 def _chunked(q, k, v, alpha, beta, state, chunk_size) -> tuple[Tensor, Tensor]:
     length = q.size(2)
     if length == 0:
@@ -140,16 +152,12 @@ def _chunked(q, k, v, alpha, beta, state, chunk_size) -> tuple[Tensor, Tensor]:
     # (B, H, N, C, C): gamma_t / gamma_i on and below the diagonal
     gaps = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill(~causal, 0.0)
     scores = (q @ k.transpose(-1, -2)) * gaps.exp().masked_fill(~causal, 0.0)
-    decay_in, decay_out = log_decay.exp(), (log_decay[..., -1:] - log_decay).exp()  # (B, H, N, C)
+    decay_in = log_decay.exp()  # (B, H, N, C): gamma_t
     outputs = []
     for n in range(n_chunks):
         u = u0[:, :, n] - w[:, :, n] @ state  # (B, H, C, d_v)
         # (B, H, C, d_v): what S_0 gives every query, plus the chunk's own writes
         outputs.append(decay_in[:, :, n, :, None] * (q[:, :, n] @ state) + scores[:, :, n] @ u)
-        # (B, H, d_k, d_v)
-        state = (
-            decay_in[:, :, n, -1, None, None] * state
-            + (k[:, :, n] * decay_out[:, :, n, :, None]).transpose(-1, -2) @ u
-        )
+        state = chunk_final_state(state, k[:, :, n], u, log_decay[:, :, n])  # (B, H, d_k, d_v)
     output = torch.cat(outputs, dim=2)[:, :, :length]  # (B, H, T, d_v)
     return output, state

@@ -270,8 +270,9 @@ def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: in
     label(
         ax,
         (8.0, 0.35),
-        f"state per head: d_head x d_head = {d_head * d_head} numbers, plus the last "
-        f"{conv_kernel - 1} inputs of the convolution, whatever T is",
+        f"state per head: d_head x d_head = {d_head * d_head} numbers; per layer, the last "
+        f"{conv_kernel - 1} inputs of the convolution, {conv_kernel - 1} x 3D = "
+        f"{(conv_kernel - 1) * 3 * d_model} numbers; whatever T is",
         fontsize=9,
     )
     return ax.figure
