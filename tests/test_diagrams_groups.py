@@ -17,9 +17,9 @@ def test_the_columns_and_the_reshape_are_labelled():
     labels = figure_texts(query_groups(n_heads=8, n_kv_heads=2))
     for expected in [
         "q: (B, H, T, d_head)",
-        ".unflatten(1, (H_kv, G))",
-        "q: (B, H_kv, G, T, d_head)",
-        "k[:, :, None]: (B, H_kv, 1, S, d_head)",
+        ".reshape(B, H_kv, G * T, d_head)",
+        "q: (B, H_kv, G * T, d_head)",
+        "k, v: (B, H_kv, S, d_head)",
         "q head 7",
         "[0, 3] = head 3",
         "[1, 0] = head 4",

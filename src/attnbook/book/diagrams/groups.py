@@ -4,11 +4,11 @@ Three columns, left to right, labelled with the shapes the chapter's code uses:
 
 1. the queries as (B, H, T, d_head): one box per query head, in the colour of the key/value head
    it reads (query head h reads key/value head h // G, G = H / H_kv);
-2. after ``.unflatten(1, (H_kv, G))``: the same boxes, now (B, H_kv, G, T, d_head), one block of
-   G per key/value head, each box marked with its [group, index] and the head it was;
-3. the keys and values, ``k[:, :, None]`` of shape (B, H_kv, 1, S, d_head): one box per
-   key/value head, with an arrow from every query head of its group (the broadcast: read G
-   times, stored once).
+2. after ``.reshape(B, H_kv, G * T, d_head)``: the same boxes, the G query heads of a group
+   stacked as the rows of one block per key/value head, each box marked with its [group,
+   index] and the head it was;
+3. the keys and values, (B, H_kv, S, d_head) as the cache stores them: one box per key/value
+   head, with an arrow from every query head of its group (read by G query heads, stored once).
 """
 
 from matplotlib.figure import Figure
@@ -26,7 +26,7 @@ MAX_HEADS = 16
 
 
 def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
-    """Draw which key/value head each query head reads, and the (B, H_kv, G, T, d_head) view."""
+    """Draw which key/value head each query head reads, and the (B, H_kv, G * T, d_head) reshape."""
     check_int("n_heads", n_heads, high=MAX_HEADS)
     check_int("n_kv_heads", n_kv_heads, high=len(HEAD_COLORS))
     if n_heads % n_kv_heads:
@@ -54,7 +54,7 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
     label(ax, (left + WIDTH / 2, height - 0.45), "q: (B, H, T, d_head)", fontsize=9)
     middle = top - body / 2
     arrow(ax, (left + WIDTH + 0.2, middle), (left + WIDTH + 3.8, middle))
-    label(ax, (left + WIDTH + 2.0, middle + 0.4), ".unflatten(1, (H_kv, G))", fontsize=8)
+    label(ax, (left + WIDTH + 2.0, middle + 0.4), ".reshape(B, H_kv, G * T, d_head)", fontsize=8)
 
     # column 2: q as (B, H_kv, G, T, d_head), one block of G boxes per key/value head
     left = 6.9
@@ -65,7 +65,7 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
         box(
             ax, left, grouped_y(h), WIDTH, HEIGHT, text, color=color, text_color="white", fontsize=8
         )
-    label(ax, (left + WIDTH / 2, height - 0.45), "q: (B, H_kv, G, T, d_head)", fontsize=9)
+    label(ax, (left + WIDTH / 2, height - 0.45), "q: (B, H_kv, G * T, d_head)", fontsize=9)
 
     # column 3: one key/value head per group, read by every query head of the group
     kv_left = left + WIDTH + 2.6
@@ -89,7 +89,7 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
     label(
         ax,
         (kv_left + KV_WIDTH / 2, height - 0.45),
-        "k[:, :, None]: (B, H_kv, 1, S, d_head)",
+        "k, v: (B, H_kv, S, d_head)",
         fontsize=9,
     )
     label(
