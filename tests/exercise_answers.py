@@ -74,7 +74,8 @@ class PreallocatedKVCache(KVCache):
 
     def append(self, keys, values):
         stop = self.length + keys.size(2)
-        assert stop <= self.max_len, f"{stop} positions do not fit in {self.max_len}"
+        if stop > self.max_len:
+            raise ValueError(f"{stop} positions do not fit in {self.max_len}")
         if self.keys is None:
             shape = (*keys.shape[:2], self.max_len, keys.shape[3])
             self.key_buffer, self.value_buffer = keys.new_empty(shape), values.new_empty(shape)
