@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from attnbook.book.plotting import OKABE_ITO
 from attnbook.core._checks import check_int, check_positive
@@ -190,11 +191,17 @@ def plot_bytes_per_step(
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlim(1, max_batch)
+    powers = 2 ** np.arange(int(np.log2(max_batch)) + 1)  # 1, 2, 4, ... up to max_batch
+    ax.set_xticks(powers, [str(p) for p in powers])
     ax.set_xlabel("batch size (sequences decoded together)")
     ax.set_ylabel("GB read per decoding step")
     seconds = ax.secondary_yaxis(
         "right", functions=(lambda gb: 1e12 * gb / bandwidth, lambda ms: ms * bandwidth / 1e12)
     )
     seconds.set_ylabel(f"ms at {bandwidth / 1e12:g} TB/s")
+    for axis in (ax.yaxis, seconds.yaxis):  # plain 10, 20, 50, 100, ..., not 2 x 10^1
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8, loc="upper left")
     return fig
