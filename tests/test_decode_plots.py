@@ -8,6 +8,7 @@ from matplotlib.container import BarContainer
 
 from attnbook.book.decode_plots import (
     decode_attention_cost,
+    plot_bytes_per_step,
     plot_decode_roofline,
     plot_step_vs_read,
 )
@@ -102,3 +103,54 @@ def test_timing_bars_stand_at_the_median_with_whiskers_from_fastest_to_slowest()
 def test_timing_bars_refuse_bad_input_by_name(steps, reads, message):
     with pytest.raises(ValueError, match=message):
         plot_step_vs_read(steps, reads)
+
+
+def test_a_string_key_is_its_own_label_next_to_the_h_kv_counts():
+    tries = {16: [0.02], 1: [0.004], "control": [0.001]}
+    fig = plot_step_vs_read(tries, tries)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    plt.close(fig)
+    assert labels == ["H_kv = 16", "H_kv = 1", "control"]
+
+
+def test_bytes_per_step_are_the_weights_once_plus_every_sequences_cache():
+    weights, caches = 1000, {4: 100, 1: 25}
+    fig = plot_bytes_per_step(weights, caches, 64, 1e12)
+    ax = fig.axes[0]
+    weights_line, line_4, dot_4, line_1, dot_1 = ax.lines
+    assert weights_line.get_ydata()[0] == pytest.approx(1e-6)
+    # batch b reads 1000 + b * cache bytes, plotted in GB
+    assert list(line_4.get_xdata()) == list(range(1, 65))
+    assert line_4.get_ydata()[[0, 9, 63]] == pytest.approx([1100e-9, 2000e-9, 7400e-9])
+    assert line_1.get_ydata()[[0, 63]] == pytest.approx([1025e-9, 2600e-9])
+    # the dots: where the caches weigh as much as the weights, twice the weights in all
+    assert (dot_4.get_xdata()[0], dot_4.get_ydata()[0]) == pytest.approx((10, 2000e-9))
+    assert (dot_1.get_xdata()[0], dot_1.get_ydata()[0]) == pytest.approx((40, 2000e-9))
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[1] == "H_kv = 4: caches outweigh the weights from batch 11"
+    assert labels[2] == "H_kv = 1: caches outweigh the weights from batch 41"
+    plt.close(fig)
+
+
+def test_a_crossover_beyond_the_last_batch_gets_no_dot_but_its_batch_in_the_legend():
+    fig = plot_bytes_per_step(1000, {1: 7}, 64, 1e12)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(ax.lines) == 2  # the weights and the one line, no dot
+    assert labels[1] == "H_kv = 1: caches outweigh the weights from batch 143"
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((0, {1: 1}, 8, 1.0), "weight_bytes: expected a positive int, got 0"),
+        ((10, {}, 8, 1.0), "cache_bytes: expected a non-empty dict"),
+        ((10, {1: 2.5}, 8, 1.0), r"cache_bytes\[1\]: expected a positive int, got 2.5"),
+        ((10, {1: 1}, 1, 1.0), "max_batch: expected an int >= 2, got 1"),
+        ((10, {1: 1}, 8, 0.0), "bandwidth: expected a finite number > 0"),
+    ],
+)
+def test_bytes_per_step_refuse_bad_input_by_name(args, message):
+    with pytest.raises(ValueError, match=message):
+        plot_bytes_per_step(*args)

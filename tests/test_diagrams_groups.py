@@ -66,3 +66,21 @@ def test_every_query_head_is_coloured_and_wired_to_its_own_kv_head(n_heads, n_kv
 def test_bad_sizes_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         query_groups(**kwargs)
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(8, 2), (8, 1), (16, 4)])
+def test_the_reshape_label_clears_every_box_and_stays_on_the_figure(n_heads, n_kv_heads):
+    figure = query_groups(n_heads=n_heads, n_kv_heads=n_kv_heads)
+    renderer = figure.canvas.get_renderer()
+    figure.canvas.draw()
+    ax = figure.axes[0]
+    (reshape,) = [t for t in ax.texts if t.get_text().startswith(".reshape")]
+    # a line's height of white space on every side, so no renderer's rounding makes them touch
+    extent = reshape.get_window_extent(renderer)
+    extent = extent.padded(extent.height)
+    boxes = [p for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    overlapped = [b for b in boxes if extent.overlaps(b.get_window_extent(renderer))]
+    on_figure = figure.bbox.x0 <= extent.x0 and extent.x1 <= figure.bbox.x1
+    plt.close(figure)
+    assert not overlapped
+    assert on_figure

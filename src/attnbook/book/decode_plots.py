@@ -10,6 +10,10 @@ separates memory-bound work (left) from compute-bound work (right).
 
 :func:`plot_step_vs_read` draws timing tries as bars at their median with a min-max whisker,
 one pair of bars (the step, and reading its cache once) per key/value head count.
+
+:func:`plot_bytes_per_step` draws the bytes one decoding step reads, the weights once plus every
+sequence's cache, against the batch size, one line per key/value head count, with a dot where
+the caches come to outweigh the weights.
 """
 
 from collections.abc import Sequence
@@ -17,6 +21,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from attnbook.book.plotting import OKABE_ITO
 from attnbook.core._checks import check_int, check_positive
@@ -95,7 +100,7 @@ def plot_decode_roofline(
     return fig
 
 
-def _check_tries(name: str, tries: object) -> dict[int, np.ndarray]:
+def _check_tries(name: str, tries: object) -> dict[int | str, np.ndarray]:
     """``tries`` as arrays; a ValueError naming what is wrong."""
     if not isinstance(tries, dict) or not tries:
         raise ValueError(f"{name}: expected a non-empty dict of H_kv -> times, got {tries!r}")
@@ -111,12 +116,13 @@ def _check_tries(name: str, tries: object) -> dict[int, np.ndarray]:
 
 
 def plot_step_vs_read(
-    step_tries: dict[int, Sequence[float]], read_tries: dict[int, Sequence[float]]
+    step_tries: dict[int | str, Sequence[float]], read_tries: dict[int | str, Sequence[float]]
 ) -> Figure:
     """Two bars per key/value head count: a decoding step and reading its cache once.
 
-    Both dicts map ``H_kv`` to the times of every try in seconds (the same keys). A bar stands
-    at the median, in milliseconds; its whisker spans the fastest to the slowest try.
+    Both dicts map ``H_kv`` to the times of every try in seconds (the same keys); an int key is
+    labelled ``H_kv = n``, a string key (a control, say) is its own label. A bar stands at the
+    median, in milliseconds; its whisker spans the fastest to the slowest try.
     """
     steps, reads = _check_tries("step_tries", step_tries), _check_tries("read_tries", read_tries)
     if list(steps) != list(reads):
@@ -138,8 +144,64 @@ def plot_step_vs_read(
             capsize=4,
             label=f"{name} (median; whisker: fastest to slowest)",
         )
-    ax.set_xticks(centres, [f"H_kv = {n}" for n in steps])
+    ax.set_xticks(centres, [n if isinstance(n, str) else f"H_kv = {n}" for n in steps])
     ax.set_ylabel("time (ms)")
     # beside the axes, so no bar's top or whisker hides behind it
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def plot_bytes_per_step(
+    weight_bytes: int, cache_bytes: dict[int, int], max_batch: int, bandwidth: float
+) -> Figure:
+    """Bytes one decoding step reads against the batch size, one line per key/value head count.
+
+    A step reads the weights once, ``weight_bytes``, and the cache of every sequence in the
+    batch: ``weight_bytes + batch * cache_bytes[H_kv]`` for batch 1 to ``max_batch``, in GB,
+    log-log. A grey dashed line marks the weights alone; a dot marks where the caches weigh as
+    much as the weights (batch ``weight_bytes / cache_bytes``), its legend entry the first whole
+    batch from which they outweigh them. The right axis is the time to read those bytes once at
+    ``bandwidth`` bytes per second, a floor on the step time.
+    """
+    check_int("weight_bytes", weight_bytes)
+    check_int("max_batch", max_batch, low=2)
+    check_positive("bandwidth", bandwidth)
+    if not isinstance(cache_bytes, dict) or not cache_bytes:
+        raise ValueError(
+            f"cache_bytes: expected a non-empty dict of H_kv -> bytes per sequence, "
+            f"got {cache_bytes!r}"
+        )
+    for n_kv_heads, size in cache_bytes.items():
+        check_int(f"cache_bytes[{n_kv_heads!r}]", size)
+    batches = np.arange(1, max_batch + 1)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    ax.axhline(weight_bytes / 1e9, color="grey", linestyle="--", label="the weights alone")
+    for i, (n_kv_heads, size) in enumerate(cache_bytes.items()):
+        color = OKABE_ITO[i % len(OKABE_ITO)]
+        crossover = weight_bytes / size  # batch at which the caches weigh as much as the weights
+        first = int(np.floor(crossover)) + 1  # first whole batch where they weigh more
+        ax.plot(
+            batches,
+            (weight_bytes + batches * size) / 1e9,
+            color=color,
+            label=f"H_kv = {n_kv_heads}: caches outweigh the weights from batch {first}",
+        )
+        if crossover <= max_batch:
+            ax.plot([crossover], [2 * weight_bytes / 1e9], "o", color=color)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlim(1, max_batch)
+    powers = 2 ** np.arange(int(np.log2(max_batch)) + 1)  # 1, 2, 4, ... up to max_batch
+    ax.set_xticks(powers, [str(p) for p in powers])
+    ax.set_xlabel("batch size (sequences decoded together)")
+    ax.set_ylabel("GB read per decoding step")
+    seconds = ax.secondary_yaxis(
+        "right", functions=(lambda gb: 1e12 * gb / bandwidth, lambda ms: ms * bandwidth / 1e12)
+    )
+    seconds.set_ylabel(f"ms at {bandwidth / 1e12:g} TB/s")
+    for axis in (ax.yaxis, seconds.yaxis):  # plain 10, 20, 50, 100, ..., not 2 x 10^1
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=8, loc="upper left")
     return fig

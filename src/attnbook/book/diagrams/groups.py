@@ -36,7 +36,7 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
         )
     group = n_heads // n_kv_heads
     body = n_heads * ROW + (n_kv_heads - 1) * GAP  # height of the grouped column
-    width, height = 15.9, body + 2.6
+    width, height = 17.0, body + 2.6
     ax = canvas(width, height, inches_per_unit=0.5)
     top = height - 1.3  # the top edge of the first query head's box
 
@@ -53,11 +53,12 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
         box(ax, left, y, WIDTH, HEIGHT, f"q head {h}", color=color, text_color="white", fontsize=8)
     label(ax, (left + WIDTH / 2, height - 0.45), "q: (B, H, T, d_head)", fontsize=9)
     middle = top - body / 2
-    arrow(ax, (left + WIDTH + 0.2, middle), (left + WIDTH + 3.8, middle))
-    label(ax, (left + WIDTH + 2.0, middle + 0.4), ".reshape(B, H_kv, G * T, d_head)", fontsize=8)
+    # the gap is wider than the reshape's label, so the label clears both columns' boxes
+    arrow(ax, (left + WIDTH + 0.2, middle), (left + WIDTH + 4.9, middle))
+    label(ax, (left + WIDTH + 2.55, middle + 0.4), ".reshape(B, H_kv, G * T, d_head)", fontsize=8)
 
     # column 2: q as (B, H_kv, G, T, d_head), one block of G boxes per key/value head
-    left = 6.9
+    left = 8.0
     for h in range(n_heads):
         g, i = divmod(h, group)
         text = f"[{g}, {i}] = head {h}"
