@@ -19,8 +19,10 @@ tokens alone.
 The second half of the module holds chapter 14's experiment on the sequences of
 :mod:`attnbook.models.periodic`: its model (:func:`build_circuit_model`), a forward pass with
 head gates that keeps every layer's weights (:func:`gated_forward`), the measurements taken
-during training (:func:`circuit_measurements`), and the shipped snapshots
-(:func:`load_circuit_models`, made by ``scripts/train_circuit_models.py``).
+during training (:func:`circuit_measurements`), layer-0 heads removed from some of layer 1's
+inputs only (:func:`composition_measurements`) or replaced by their mean
+(:func:`mean_ablation_measurements`), and the shipped snapshots (:func:`load_circuit_models`,
+made by ``scripts/train_circuit_models.py``).
 """
 
 import torch
@@ -165,8 +167,8 @@ def circuit_measurements(
     on the tokens from the second block's second on, which an earlier occurrence predicts;
     and (L, H) tensors averaged over the batch: ``previous`` and ``induction`` on the
     repeated tokens (``weights[..., 1:, 1:]``), ``sink_first``, the weight on position 0
-    from the first block's queries (which have no earlier match), and ``sink_repeated``, from
-    the later queries.
+    from the first block's queries (which mostly have no earlier match: a token can repeat
+    inside the block by chance), and ``sink_repeated``, from the later queries.
     """
     logits, weights = gated_forward(model, tokens, head_mask)  # (B, T, V), (L, B, H, T, T)
     losses = _next_token_losses(logits, tokens)  # (B, T - 1)
