@@ -445,3 +445,22 @@ def keep_first_kv_head(source, n_kv_heads, *, pick=0, first_heads=False, pooled_
 
 
 SOLUTIONS["check_keep_first_kv_head"] = keep_first_kv_head
+
+
+def repeated_loss_without(model, tokens, period, heads, *, layer=0, first=None, shift=1):
+    """ch14: the repeated-block loss with layer 0's ``heads`` gated off (``layer``, ``first``
+    and ``shift`` make the wrong answers: layer 1 gated, another first query, no shift)."""
+    from attnbook.analysis.circuits import gated_forward  # the shared import line stays as is
+
+    gates = torch.ones(2, 4)  # (L, H)
+    gates[layer, heads] = 0.0
+    logits, _ = gated_forward(model, tokens, gates)  # (B, T, V)
+    T = tokens.size(1)
+    # (B, T - 1): query t scored on token t + shift
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, : T - 1].transpose(1, 2), tokens[:, shift : T - 1 + shift], reduction="none"
+    )
+    return losses[:, period + 1 if first is None else first :].mean().item()
+
+
+SOLUTIONS["check_repeated_loss_without"] = repeated_loss_without

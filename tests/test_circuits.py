@@ -287,6 +287,80 @@ def test_composition_measurements_remove_heads_from_the_named_inputs_only():
     assert not torch.allclose(keys["induction"], plain["induction"][1])
 
 
+def test_composition_measurements_return_the_logits_of_their_forward_pass():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = periodic_batch(torch.full((4,), 8), torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        intact = model(tokens)  # (B, T, V)
+    nothing = circuits.composition_measurements(model, tokens, 8, [], ("key",))
+    torch.testing.assert_close(nothing["logits"], intact)
+    keys = circuits.composition_measurements(model, tokens, 8, [0, 2], ("key",))
+    losses = torch.nn.functional.cross_entropy(
+        keys["logits"][:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # (B, T - 1)
+    assert losses[:, 9:].mean().item() == pytest.approx(keys["loss_repeated"], abs=1e-6)
+
+
+def mean_ablated_by_hook(model, tokens, period, heads):
+    """The repeated loss with layer 0's heads' outputs, before out_proj, replaced by their
+    mean over the batch: a forward pre-hook on out_proj, independent of the library's code."""
+    attention = model.blocks[0].attention
+    d_head = attention.head_dim
+
+    def replace(module, args):
+        (merged,) = args  # (B, T, H * d_head)
+        merged = merged.clone()
+        for h in heads:
+            part = slice(h * d_head, (h + 1) * d_head)
+            merged[..., part] = merged[..., part].mean(dim=0)  # (T, d_head), broadcast
+        return (merged,)
+
+    handle = attention.out_proj.register_forward_pre_hook(replace)
+    try:
+        with torch.no_grad():
+            logits = model(tokens)  # (B, T, V)
+    finally:
+        handle.remove()
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # (B, T - 1)
+    return losses[:, period + 1 :].mean().item()
+
+
+@pytest.mark.parametrize("heads", [[0], [1, 3], [0, 1, 2, 3]])
+def test_mean_ablation_matches_a_hook_that_averages_the_heads_outputs(heads):
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = periodic_batch(torch.full((6,), 8), torch.Generator().manual_seed(3))
+    found = circuits.mean_ablation_measurements(model, tokens, 8, heads)
+    expected = mean_ablated_by_hook(model, tokens, 8, heads)
+    assert found["loss_repeated"] == pytest.approx(expected, abs=1e-5)
+    # neither the intact model nor zero ablation
+    gates = torch.ones(2, 4)
+    gates[0, heads] = 0.0
+    for other in (None, gates):
+        loss = circuits.circuit_measurements(model, tokens, 8, head_mask=other)["loss_repeated"]
+        assert abs(found["loss_repeated"] - loss) > 1e-4
+
+
+def test_mean_ablation_of_identical_sequences_changes_nothing():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    same = periodic_batch(torch.full((1,), 8), torch.Generator().manual_seed(3)).expand(3, -1)
+    plain = circuits.circuit_measurements(model, same, 8)
+    found = circuits.mean_ablation_measurements(model, same, 8, [0, 2])
+    assert found["loss_repeated"] == pytest.approx(plain["loss_repeated"], abs=1e-5)
+    torch.testing.assert_close(found["induction"], plain["induction"][1])
+
+
+def test_mean_ablation_refuses_heads_outside_layer_0():
+    model = circuits.build_circuit_model().eval()
+    tokens = periodic_batch(torch.full((2,), 8), torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match=r"heads: expected layer-0 head indices .* got \[4\]"):
+        circuits.mean_ablation_measurements(model, tokens, 8, [4])
+
+
 @pytest.mark.parametrize(
     ("heads", "inputs", "message"),
     [

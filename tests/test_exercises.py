@@ -957,6 +957,25 @@ WRONG_ANSWERS = {
         (keep_first_in_place, "changed the layer it was given (k_proj.weight)"),
     ],
 }
+
+
+def loss_without(*args, **wrong):  # ch14: the reference, with a mistake switched on
+    return SOLUTIONS["check_repeated_loss_without"](*args, **wrong)
+
+
+WRONG_ANSWERS["check_repeated_loss_without"] = [
+    (lambda m, t, p, h: loss_without(m, t, p, h, first=0), "the mean over every query"),
+    (lambda m, t, p, h: loss_without(m, t, p, h, first=p), "that includes query `period`"),
+    (lambda m, t, p, h: loss_without(m, t, p, h, layer=1), "gates the heads of layer 1"),
+    (
+        lambda m, t, p, h: loss_without(m, t, p, [x for x in range(4) if x not in h]),
+        "removes every other layer-0 head",
+    ),
+    (lambda m, t, p, h: loss_without(m, t, p, []), "the loss with every head in place"),
+    (lambda m, t, p, h: loss_without(m, t, p, h, shift=0), "predict token t + 1"),
+    (lambda m, t, p, h: loss_without(m, t, p, h, first=p + 2), "returned 4.453, expected 4.423"),
+    (lambda m, t, p, h: str(loss_without(m, t, p, h)), "should return one number, got str"),
+]
 # Chapter 16's kernel exercises run the reader's Triton: only where Triton installs.
 TRITON_CHECKERS = {"check_causal_flash", "check_flash_exp2"}
 TRITON_CHECKERS |= {"check_delta_rows"}

@@ -19,8 +19,10 @@ tokens alone.
 The second half of the module holds chapter 14's experiment on the sequences of
 :mod:`attnbook.models.periodic`: its model (:func:`build_circuit_model`), a forward pass with
 head gates that keeps every layer's weights (:func:`gated_forward`), the measurements taken
-during training (:func:`circuit_measurements`), and the shipped snapshots
-(:func:`load_circuit_models`, made by ``scripts/train_circuit_models.py``).
+during training (:func:`circuit_measurements`), layer-0 heads removed from some of layer 1's
+inputs only (:func:`composition_measurements`) or replaced by their mean
+(:func:`mean_ablation_measurements`), and the shipped snapshots (:func:`load_circuit_models`,
+made by ``scripts/train_circuit_models.py``).
 """
 
 import torch
@@ -165,8 +167,8 @@ def circuit_measurements(
     on the tokens from the second block's second on, which an earlier occurrence predicts;
     and (L, H) tensors averaged over the batch: ``previous`` and ``induction`` on the
     repeated tokens (``weights[..., 1:, 1:]``), ``sink_first``, the weight on position 0
-    from the first block's queries (which have no earlier match), and ``sink_repeated``, from
-    the later queries.
+    from the first block's queries (which mostly have no earlier match: a token can repeat
+    inside the block by chance), and ``sink_repeated``, from the later queries.
     """
     logits, weights = gated_forward(model, tokens, head_mask)  # (B, T, V), (L, B, H, T, T)
     losses = _next_token_losses(logits, tokens)  # (B, T - 1)
@@ -199,8 +201,9 @@ def composition_measurements(
     the stream layer 1 reads for each name in ``inputs`` (a subset of ``"query"``, ``"key"``,
     ``"value"``) lacks layer 0's ``heads`` (gated off as in :func:`gated_forward`); its other
     inputs, and the stream that carries on to the logits, keep them. Returns
-    ``loss_repeated`` (as in :func:`circuit_measurements`) and ``induction``, layer 1's
-    induction score per head (H,), on ``tokens`` (B, T) that repeat with ``period``.
+    ``loss_repeated`` (as in :func:`circuit_measurements`), ``induction``, layer 1's
+    induction score per head (H,), on ``tokens`` (B, T) that repeat with ``period``, and
+    the ``logits`` (B, T, V).
     """
     unknown = [name for name in inputs if name not in COMPOSITION_INPUTS]
     if isinstance(inputs, str) or unknown:
@@ -208,13 +211,7 @@ def composition_measurements(
             f"inputs: expected a tuple of names from {COMPOSITION_INPUTS}, got {inputs!r}"
         )
     first, second = model.blocks[0], model.blocks[1]
-    n_heads = first.attention.n_heads
-    if any(not isinstance(h, int) or not 0 <= h < n_heads for h in heads):
-        raise ValueError(f"heads: expected layer-0 head indices in [0, {n_heads}), got {heads}")
-    positions = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)  # (B, T)
-    x = model.embed_at(tokens, positions)  # (B, T, D)
-    gates = torch.ones(n_heads, dtype=x.dtype, device=x.device)  # (H,)
-    gates[list(heads)] = 0.0
+    x, gates = _embedded_and_gates(model, tokens, heads)  # (B, T, D), (H,)
     stream = first(x)  # (B, T, D): after layer 0, every head
     kept = second.attention_norm(stream)  # (B, T, D): layer 1's input, every head
     removed = second.attention_norm(first(x, head_mask=gates))  # (B, T, D): without heads
@@ -225,6 +222,47 @@ def composition_measurements(
     x = stream + attended  # (B, T, D): the stream itself keeps every layer-0 head
     if second.mlp is not None:
         x = x + second.mlp(second.mlp_norm(x))  # (B, T, D)
+    for block in model.blocks[2:]:
+        x = block(x)  # (B, T, D)
+    logits = model.lm_head(model.final_norm(x))  # (B, T, V)
+    losses = _next_token_losses(logits, tokens)  # (B, T - 1)
+    return {
+        "loss_repeated": losses[:, period + 1 :].mean().item(),
+        "induction": induction_score(weights[..., 1:, 1:], period).mean(dim=0),  # (H,)
+        "logits": logits,  # (B, T, V)
+    }
+
+
+def _embedded_and_gates(model: TinyDecoder, tokens: Tensor, heads: list[int]) -> tuple:
+    """The first block's input (B, T, D) and layer-0 gates (H,) that are 0 for ``heads``."""
+    n_heads = model.blocks[0].attention.n_heads
+    if any(not isinstance(h, int) or not 0 <= h < n_heads for h in heads):
+        raise ValueError(f"heads: expected layer-0 head indices in [0, {n_heads}), got {heads}")
+    positions = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)  # (B, T)
+    x = model.embed_at(tokens, positions)  # (B, T, D)
+    gates = torch.ones(n_heads, dtype=x.dtype, device=x.device)  # (H,)
+    gates[list(heads)] = 0.0
+    return x, gates
+
+
+@torch.no_grad()
+def mean_ablation_measurements(
+    model: TinyDecoder, tokens: Tensor, period: int, heads: list[int]
+) -> dict[str, float | Tensor]:
+    """Layer 0's ``heads`` mean-ablated: their output replaced by its average over the batch.
+
+    At each position, what ``heads`` add to the residual stream is replaced by its mean over
+    the B sequences of ``tokens`` (B, T), so later layers see a stream of the usual size that
+    says nothing about this sequence; :func:`gated_forward`'s gates replace it by zero.
+    Returns ``loss_repeated`` and layer 1's ``induction`` score per head (H,), as
+    :func:`composition_measurements` does, on ``tokens`` that repeat with ``period``.
+    """
+    x, gates = _embedded_and_gates(model, tokens, heads)  # (B, T, D), (H,)
+    first = model.blocks[0]
+    without = first(x, head_mask=gates)  # (B, T, D): the heads' output zeroed
+    written = first(x) - without  # (B, T, D): what the heads add
+    x = without + written.mean(dim=0)  # (B, T, D): their average at each position instead
+    x, weights = model.blocks[1].forward_with_weights(x, need_weights=True)  # weights (B, H, T, T)
     for block in model.blocks[2:]:
         x = block(x)  # (B, T, D)
     logits = model.lm_head(model.final_norm(x))  # (B, T, V)

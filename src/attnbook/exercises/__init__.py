@@ -39,7 +39,11 @@ from attnbook.exercises.ch13 import (
     check_previous_shares,
     check_supported_orderings,
 )
-from attnbook.exercises.ch14 import check_find_circuit, check_induction_share
+from attnbook.exercises.ch14 import (
+    check_find_circuit,
+    check_induction_share,
+    check_repeated_loss_without,
+)
 from attnbook.exercises.ch15 import (
     check_receptive_field,
     check_sink_weights,
@@ -113,4 +117,5 @@ __all__ = [
     "check_window_mask",
     "check_query_magnitude",
     "check_without_head",
+    "check_repeated_loss_without",
 ]

@@ -1,13 +1,17 @@
-"""Chapter 14's exercise checkers: finding a circuit, and the induction score by hand."""
+"""Chapter 14's exercise checkers: the induction score by hand, finding a circuit, and an
+ablation that removes layer-0 heads."""
 
 import copy
 import functools
+import itertools
+import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from attnbook.analysis.circuits import (
+    gated_forward,
     induction_score,
     load_circuit_models,
     previous_token_score,
@@ -23,7 +27,7 @@ from attnbook.exercises._common import (
 from attnbook.models.decoder import TinyDecoder
 from attnbook.models.periodic import periodic_batch
 
-# Chapter 14: finding a circuit, and the induction score by hand.
+# Chapter 14: the induction score by hand, finding a circuit, and an ablation.
 
 PERIODS = range(4, 17)  # every period whose sequence, BOS and two blocks, fits in 33 positions
 TOLERANCE = 0.05  # a head this close to the best score at some period is as good an answer
@@ -253,3 +257,102 @@ def check_induction_share(fn: Callable[[Tensor, int], float]) -> None:
             )
         _fail(f"{call} returned {value:.4f}, expected {expected:.4f}")
     _succeed("the induction score averages weights[t, t - period + 1] over t = period .. T - 1")
+
+
+# check_repeated_loss_without's cases: (period, layer-0 heads removed); removing the
+# previous-token heads [0, 2] first, where every typical mistake gives a different number
+_ABLATIONS = [(16, [0, 2]), (12, [1, 3]), (8, [2]), (10, [])]
+
+
+@functools.cache
+def _trained() -> TinyDecoder:
+    """Chapter 14's trained model (seed 0, the last step), loaded once per session."""
+    models, manifest = load_circuit_models()
+    return models[f"random/{manifest['training']['steps']}"]
+
+
+@torch.no_grad()
+def _repeated_loss(
+    tokens: Tensor, period: int, gated: dict[int, list[int]], *, first: int, shift: int = 1
+) -> float:
+    """The trained model's mean loss over queries ``first`` .. T - 2, heads ``gated``
+    ({layer: heads}) off; ``shift`` 0 scores logits at t against token t (a mistake)."""
+    gates = torch.ones(2, 4)  # (L, H)
+    for layer, heads in gated.items():
+        gates[layer, heads] = 0.0
+    logits, _ = gated_forward(_trained(), tokens, gates)  # (B, T, V)
+    T = tokens.size(1)
+    # (B, V, T - 1) against (B, T - 1): query t scored on token t + shift
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, : T - 1].transpose(1, 2), tokens[:, shift : T - 1 + shift], reduction="none"
+    )
+    return losses[:, first:].mean().item()
+
+
+def _loss_hint(value: float, tokens: Tensor, period: int, heads: list[int]) -> str | None:
+    """What a wrong ``value`` computed, if it is one of the typical mistakes."""
+    others = [h for h in range(4) if h not in heads]
+    mistakes = [
+        (
+            _repeated_loss(tokens, period, {0: heads}, first=0),
+            "that is the mean over every query; the first block cannot be predicted: average "
+            "queries period + 1 .. T - 2 only",
+        ),
+        (
+            _repeated_loss(tokens, period, {0: heads}, first=period),
+            "that includes query `period`, which predicts the second block's first token: its "
+            "own token has no earlier copy, so start at query period + 1",
+        ),
+        (
+            _repeated_loss(tokens, period, {1: heads}, first=period + 1),
+            "that gates the heads of layer 1; the heads to remove are layer 0's, gates[0, heads]",
+        ),
+        (
+            _repeated_loss(tokens, period, {0: others}, first=period + 1),
+            "that removes every other layer-0 head and keeps these: a gate of 0 removes a head",
+        ),
+        (
+            _repeated_loss(tokens, period, {}, first=period + 1),
+            "that is the loss with every head in place: set gates[0, heads] = 0 and pass the "
+            "gates to gated_forward",
+        ),
+        (
+            _repeated_loss(tokens, period, {0: heads}, first=period + 1, shift=0),
+            "the logits at query t predict token t + 1: compare logits[:, :-1] with tokens[:, 1:]",
+        ),
+    ]
+    for mistake, hint in mistakes:
+        if abs(value - mistake) < 1e-3:
+            return hint
+    return None
+
+
+@_checker
+def check_repeated_loss_without(fn: Callable[[TinyDecoder, Tensor, int, list], float]) -> None:
+    """``fn(model, tokens (B, T), period, heads)`` -> the mean loss over queries period + 1 ..
+    T - 2 with layer 0's ``heads`` gated off, on chapter 14's trained model."""
+    model = _trained()
+    for index, (period, heads) in enumerate(_ABLATIONS):
+        tokens = periodic_batch(torch.full((64,), period), _generator(20 + index))  # (64, 33)
+        call = f"repeated_loss_without(model, tokens (64, 33), {period}, {heads})"
+        answer = _call(fn, call, copy.deepcopy(model), tokens.clone(), period, list(heads))
+        value = answer.item() if torch.is_tensor(answer) and answer.numel() == 1 else answer
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _fail(f"{call} should return one number, got {type(answer).__name__}")
+        expected = _repeated_loss(tokens, period, {0: heads}, first=period + 1)
+        if abs(value - expected) < 1e-3:
+            continue
+        hint = _loss_hint(value, tokens, period, heads)
+        _fail(
+            f"{call} returned {value:.3f}, expected {expected:.3f}" + (f": {hint}" if hint else "")
+        )
+    tokens = periodic_batch(torch.full((64,), 16), _generator(20))  # (64, 33)
+    pairs = {
+        pair: fn(copy.deepcopy(model), tokens.clone(), 16, list(pair))
+        for pair in itertools.combinations(range(4), 2)
+    }
+    table = ", ".join(f"{list(pair)}: {float(loss):.2f}" for pair, loss in pairs.items())
+    _succeed(
+        f"your function, at period 16, each pair of layer-0 heads removed: {table} nats "
+        f"(ln 64 = {math.log(64):.2f})"
+    )
