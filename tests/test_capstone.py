@@ -18,6 +18,7 @@ from attnbook import (
     train_capstone_model,
     train_validation_split,
 )
+from attnbook.analysis.word_start import word_start_weight
 from attnbook.models import capstone
 from attnbook.models.shipped import sha256_of, shipped_file
 
@@ -205,3 +206,28 @@ def test_layer_0s_heads_read_one_and_two_characters_back(loaded, split):
     two_back = back[1][0] / uniform_two_back  # (H,): layer 0, against uniform attention
     assert two_back.argmax().item() == 3 and round(two_back[3].item(), 1) == 3.4
     assert round(back[1][0, 3].item(), 2) == 0.18 and round(uniform_two_back, 2) == 0.05
+
+
+def test_the_start_of_word_heads_without_a_words_first_two_letters(loaded, split):
+    """Chapter 12's start-of-word numbers: queries on a word's third letter or later only."""
+    vocabulary, _, validation_ids = split
+    block_size = capstone.MODEL["max_len"]
+    windows = validation_ids[: 16 * block_size].view(16, block_size)  # (B, T)
+    with torch.no_grad():
+        weights = loaded.models["MHA"].attention_weights(windows)  # (L, B, H, T, T)
+    space_id = vocabulary.encode(" ").item()
+    found = word_start_weight(weights, windows, space_id)  # (L, H)
+    steps = torch.arange(1, block_size + 1)[:, None]  # (T, 1): keys each query sees
+    uniform_weights = (causal_mask(block_size) / steps).expand_as(weights)
+    uniform = word_start_weight(uniform_weights, windows, space_id)  # (L, H)
+    torch.testing.assert_close(uniform, torch.full_like(uniform, uniform[0, 0].item()))
+    ratio = found / uniform  # (L, H)
+    assert round(uniform[0, 0].item(), 3) == 0.044
+    assert round(found[0, 0].item(), 2) == 0.03 and ratio[0, 0] < 1
+    assert [round(v, 2) for v in found[1, 1:3].tolist()] == [0.26, 0.21]
+    assert [round(v, 1) for v in ratio[1, :3].tolist()] == [3.2, 5.8, 4.8]
+    assert round(ratio[0].max().item(), 1) == 2.0 and ratio[0].argmax().item() == 3
+    # with every query kept, the previous-character head scores about 3.5 x uniform
+    every = start_of_word_weight(weights, windows, space_id)  # (L, H)
+    every_uniform = start_of_word_weight(uniform_weights, windows, space_id)  # (L, H)
+    assert round((every[0, 0] / every_uniform[0, 0]).item(), 1) == 3.5
