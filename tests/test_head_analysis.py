@@ -440,3 +440,50 @@ def test_the_standing_out_rule_refuses_what_it_cannot_judge():
         analysis.stands_out([0.2], torch.tensor(0.1))
     with raises("baseline: expected head_statistics' dict with the keys"):
         analysis.chance_levels({key: share for key in (*analysis.ROLES, "two_back")}, {})
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_position_only_scores_are_layer_0s_scores_when_every_token_embeds_alike(n_kv_heads):
+    torch.manual_seed(0)
+    model = TinyDecoder(7, d_model=16, n_heads=4, n_layers=2, max_len=9, n_kv_heads=n_kv_heads)
+    with torch.no_grad():  # every token the same vector: only the positions differ
+        model.token_embedding.weight.copy_(torch.randn(16).expand(7, 16))
+    scores = analysis.position_only_scores(model)  # (H, T, T)
+    assert scores.shape == (4, 9, 9) and scores.triu(diagonal=1).isinf().sum() == 4 * 36
+    tokens = torch.randint(7, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        weights = model.attention_weights(tokens)[0]  # (B, H, T, T): layer 0
+    for window in weights:
+        torch.testing.assert_close(scores.softmax(dim=-1), window)
+
+
+def test_position_only_scores_differ_from_real_text_when_tokens_differ():
+    torch.manual_seed(0)
+    model = TinyDecoder(7, d_model=16, n_heads=4, n_layers=1, max_len=9)
+    tokens = torch.arange(7).repeat(2)[None, :9]  # (1, 9)
+    with torch.no_grad():
+        weights = model.attention_weights(tokens)[0, 0]  # (H, T, T)
+    assert (analysis.position_only_scores(model).softmax(-1) - weights).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"positions": "rope"},
+            "model: expected learned position embeddings, got positions = 'rope'",
+        ),
+        ({"positions": "sinusoidal"}, "got positions = 'sinusoidal'"),
+    ],
+)
+def test_position_only_scores_need_learned_positions(options, message):
+    model = TinyDecoder(7, d_model=16, n_heads=4, n_layers=1, max_len=9, **options)
+    with raises(message):
+        analysis.position_only_scores(model)
+
+
+def test_position_only_scores_refuse_a_layer_that_is_not_plain_attention():
+    model = TinyDecoder(7, d_model=16, n_heads=4, n_layers=1, max_len=9)
+    model.blocks[0].attention.window = 4  # a sliding window: the scores alone would mislead
+    with raises("model: expected plain softmax attention in layer 0"):
+        analysis.position_only_scores(model)

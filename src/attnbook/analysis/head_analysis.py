@@ -149,6 +149,49 @@ def offset_profile(weights: Tensor, max_offset: int) -> Tensor:
     return torch.stack(profile, dim=-1)  # (L, H, max_offset + 1)
 
 
+PLAIN_ATTENTION = {"rope": False, "qk_norm": None, "window": None, "logit_softcap": None}
+
+
+@torch.no_grad()
+def position_only_scores(model: nn.Module) -> Tensor:
+    """Layer 0's causal scores (H, T, T), T = ``max_len``, from the position embeddings alone.
+
+    Layer 0 reads x_t = e(token_t) + p_t. Here every token embedding is replaced by their mean
+    over the vocabulary, so the input at position t, mean(e) + p_t, is the same for any text.
+    Row t, column s is q(t) . k(s) times the layer's scale (1 / sqrt(d_head) by default), with
+    q and k each head's query and key projections of that input after the block's LayerNorm;
+    keys after the query are -inf, so ``softmax(-1)`` gives the weights a text whose every
+    token embedded as the mean would get. Comparing them with the weights on real text says
+    how much of where layer 0 looks the positions decide on their own. ``model``: a
+    :class:`attnbook.TinyDecoder` with learned positions and plain softmax attention in
+    layer 0 (no rotary, QK-norm, window, soft-capping or sinks).
+    """
+    if getattr(model, "positions", None) != "learned":
+        raise ValueError(
+            f"model: expected learned position embeddings, got positions = "
+            f"{getattr(model, 'positions', None)!r}"
+        )
+    block = model.blocks[0]
+    attention = block.attention
+    options = {name: getattr(attention, name, "missing") for name in PLAIN_ATTENTION}
+    if options != PLAIN_ATTENTION or getattr(attention, "sinks", None) is not None:
+        raise ValueError(
+            f"model: expected plain softmax attention in layer 0 ({PLAIN_ATTENTION}, no "
+            f"sinks), got {options}"
+        )
+    n_heads, n_kv_heads, head_dim = attention.n_heads, attention.n_kv_heads, attention.head_dim
+    positions = model.position_embedding.weight  # (T, D)
+    x = block.attention_norm(positions + model.token_embedding.weight.mean(dim=0))  # (T, D)
+    q = attention.q_proj(x).unflatten(-1, (n_heads, head_dim)).transpose(0, 1)  # (H, T, d_head)
+    k = attention.k_proj(x).unflatten(-1, (n_kv_heads, head_dim)).transpose(0, 1)
+    # k: (H_kv, T, d_head), each key/value head repeated for its group of query heads
+    k = k.repeat_interleave(n_heads // n_kv_heads, dim=0)  # (H, T, d_head)
+    scale = head_dim**-0.5 if attention.scale is None else attention.scale
+    scores = q @ k.transpose(-2, -1) * scale  # (H, T, T)
+    future = torch.ones_like(scores[0], dtype=torch.bool).triu(diagonal=1)  # (T, T)
+    return scores.masked_fill(future, -math.inf)  # (H, T, T)
+
+
 def _check_statistics_inputs(weights: object, tokens: object, characters: object) -> None:
     """weights (L, B, H, T, T), tokens (B, T) with the same B and T, ids < len(characters)."""
     check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
