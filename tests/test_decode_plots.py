@@ -75,18 +75,20 @@ def test_roofline_refuses_bad_input_by_name(intensities, peak, message):
         plot_decode_roofline(intensities, peak, 1.0, "X")
 
 
-def test_timing_bars_stand_at_the_median_with_whiskers_from_fastest_to_slowest():
+def test_timing_bars_stand_at_the_fastest_try_with_whiskers_up_to_the_median():
     steps = {16: [0.020, 0.010, 0.040], 1: [0.004, 0.005, 0.003, 0.009]}
     reads = {16: [0.006, 0.005, 0.007], 1: [0.001, 0.002, 0.001, 0.001]}
     fig = plot_step_vs_read(steps, reads)
     ax = fig.axes[0]
     step_bars, read_bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-    assert [p.get_height() for p in step_bars] == pytest.approx([20.0, 4.5])
-    assert [p.get_height() for p in read_bars] == pytest.approx([6.0, 1.0])
-    # each whisker is a vertical segment from the fastest to the slowest try, in ms
+    assert [p.get_height() for p in step_bars] == pytest.approx([10.0, 3.0])
+    assert [p.get_height() for p in read_bars] == pytest.approx([5.0, 1.0])
+    # each whisker is a vertical segment from the fastest try to the median, in ms
     segments = step_bars.errorbar.lines[2][0].get_segments()
     ends = [end for s in segments for end in (s[0][1], s[1][1])]
-    assert ends == pytest.approx([10, 40, 3, 9])
+    assert ends == pytest.approx([10, 20, 3, 4.5])
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0] == "decoding step (fastest try; whisker: up to the median)"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["H_kv = 16", "H_kv = 1"]
     plt.close(fig)
 

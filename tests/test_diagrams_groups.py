@@ -24,6 +24,8 @@ def test_the_columns_and_the_reshape_are_labelled():
         "[0, 3] = head 3",
         "[1, 0] = head 4",
         "k, v head 1\n(S, d_head)",
+        "each box is one query head's T rows (T, d_head); "
+        "[g, i] = the i-th query head of group g, which reads key/value head g",
     ]:
         assert expected in labels
     assert "[1, 0] = head 3" not in labels  # head 3 is the last of group 0, not the first of 1
@@ -83,4 +85,22 @@ def test_the_reshape_label_clears_every_box_and_stays_on_the_figure(n_heads, n_k
     on_figure = figure.bbox.x0 <= extent.x0 and extent.x1 <= figure.bbox.x1
     plt.close(figure)
     assert not overlapped
+    assert on_figure
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(8, 2), (16, 4)])
+def test_the_footer_explaining_the_labels_stays_below_every_box_and_on_the_figure(
+    n_heads, n_kv_heads
+):
+    figure = query_groups(n_heads=n_heads, n_kv_heads=n_kv_heads)
+    renderer = figure.canvas.get_renderer()
+    figure.canvas.draw()
+    ax = figure.axes[0]
+    (footer,) = [t for t in ax.texts if t.get_text().startswith("each box is")]
+    extent = footer.get_window_extent(renderer)
+    boxes = [p for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    lowest = min(b.get_window_extent(renderer).y0 for b in boxes)
+    on_figure = figure.bbox.x0 <= extent.x0 and extent.x1 <= figure.bbox.x1
+    plt.close(figure)
+    assert extent.y1 < lowest
     assert on_figure

@@ -6,7 +6,7 @@ Three columns, left to right, labelled with the shapes the chapter's code uses:
    it reads (query head h reads key/value head h // G, G = H / H_kv);
 2. after ``.reshape(B, H_kv, G * T, d_head)``: the same boxes, the G query heads of a group
    stacked as the rows of one block per key/value head, each box marked with its [group,
-   index] and the head it was;
+   index] and the head it was (a footer says so, and that each box stands for T rows);
 3. the keys and values, (B, H_kv, S, d_head) as the cache stores them: one box per key/value
    head, with an arrow from every query head of its group (read by G query heads, stored once).
 """
@@ -36,7 +36,7 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
         )
     group = n_heads // n_kv_heads
     body = n_heads * ROW + (n_kv_heads - 1) * GAP  # height of the grouped column
-    width, height = 17.0, body + 2.6
+    width, height = 17.0, body + 3.1  # room for two lines of footer
     ax = canvas(width, height, inches_per_unit=0.5)
     top = height - 1.3  # the top edge of the first query head's box
 
@@ -95,9 +95,16 @@ def query_groups(*, n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
     )
     label(
         ax,
-        (width / 2, 0.4),
+        (width / 2, 0.9),
         f"H = {n_heads}, H_kv = {n_kv_heads}, G = {group}: each key/value head is stored once "
         f"and read by the {group} query head{'s' if group > 1 else ''} of its group",
+        fontsize=9,
+    )
+    label(
+        ax,
+        (width / 2, 0.4),
+        "each box is one query head's T rows (T, d_head); "
+        "[g, i] = the i-th query head of group g, which reads key/value head g",
         fontsize=9,
     )
     return ax.figure
