@@ -302,6 +302,22 @@ def test_composition_measurements_return_the_logits_of_their_forward_pass():
     assert losses[:, 9:].mean().item() == pytest.approx(keys["loss_repeated"], abs=1e-6)
 
 
+def test_composition_measurements_return_layer_1s_weights():
+    torch.manual_seed(0)
+    model = circuits.build_circuit_model().eval()
+    tokens = periodic_batch(torch.full((4,), 8), torch.Generator().manual_seed(3))
+    # (L, B, H, T, T): the intact model's weights, by its own forward pass
+    intact = model.attention_weights(tokens)
+    nothing = circuits.composition_measurements(model, tokens, 8, [], ("key",))
+    torch.testing.assert_close(nothing["weights"], intact[1])
+    keys = circuits.composition_measurements(model, tokens, 8, [0, 2], ("key",))
+    assert keys["weights"].shape == intact[1].shape
+    assert not torch.allclose(keys["weights"], intact[1])
+    # the returned weights are the ones the induction score was read from
+    scores = induction_score(keys["weights"][..., 1:, 1:], 8).mean(dim=0)
+    torch.testing.assert_close(scores, keys["induction"])
+
+
 def mean_ablated_by_hook(model, tokens, period, heads):
     """The repeated loss with layer 0's heads' outputs, before out_proj, replaced by their
     mean over the batch: a forward pre-hook on out_proj, independent of the library's code."""

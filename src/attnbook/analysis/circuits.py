@@ -202,8 +202,8 @@ def composition_measurements(
     ``"value"``) lacks layer 0's ``heads`` (gated off as in :func:`gated_forward`); its other
     inputs, and the stream that carries on to the logits, keep them. Returns
     ``loss_repeated`` (as in :func:`circuit_measurements`), ``induction``, layer 1's
-    induction score per head (H,), on ``tokens`` (B, T) that repeat with ``period``, and
-    the ``logits`` (B, T, V).
+    induction score per head (H,), on ``tokens`` (B, T) that repeat with ``period``, the
+    ``logits`` (B, T, V) and layer 1's attention ``weights`` (B, H, T, T).
     """
     unknown = [name for name in inputs if name not in COMPOSITION_INPUTS]
     if isinstance(inputs, str) or unknown:
@@ -230,6 +230,7 @@ def composition_measurements(
         "loss_repeated": losses[:, period + 1 :].mean().item(),
         "induction": induction_score(weights[..., 1:, 1:], period).mean(dim=0),  # (H,)
         "logits": logits,  # (B, T, V)
+        "weights": weights,  # (B, H, T, T): layer 1's
     }
 
 
