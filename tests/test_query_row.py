@@ -28,6 +28,25 @@ def test_the_panels_draw_scores_weights_and_weighted_values():
     output = (weights * values).sum().item()
     assert f"{output:.3g}" in bottom.get_title()
     assert [t.get_text() for t in bottom.get_xticklabels()][1] == "b\n$v$ = 1"
+    assert top.get_ylabel() == "score $q \\cdot k_j / \\sqrt{d}$"
+    assert bottom.get_title().startswith("output = sum of the bars")
+    plt.close(figure)
+
+
+def test_the_width_and_the_output_can_be_named():
+    scores = torch.tensor([0.0, 2.0, -1.0])
+    figure = plot_query_row(
+        scores,
+        scores.softmax(-1),
+        torch.tensor([0.0, 1.0, 2.0]),
+        LABELS,
+        query_label="q",
+        width_label="d_\\text{head}",
+        output_label="output's first feature",
+    )
+    top, _, bottom = figure.axes
+    assert top.get_ylabel() == "score $q \\cdot k_j / \\sqrt{d_\\text{head}}$"
+    assert bottom.get_title().startswith("output's first feature = sum of the bars = ")
     plt.close(figure)
 
 

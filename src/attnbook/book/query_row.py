@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from attnbook.book.plotting import OKABE_ITO
 
-_STEPS = ("score $q \\cdot k_j / \\sqrt{d}$", "weight $w_j$", "$w_j v_j$")
+_STEPS = ("score $q \\cdot k_j / \\sqrt{{{width}}}$", "weight $w_j$", "$w_j v_j$")
 
 
 def _as_row(values, name: str) -> np.ndarray:
@@ -27,11 +27,22 @@ def _as_row(values, name: str) -> np.ndarray:
 
 
 def plot_query_row(
-    scores, weights, values, key_labels: Sequence[str], *, query_label: str
+    scores,
+    weights,
+    values,
+    key_labels: Sequence[str],
+    *,
+    query_label: str,
+    width_label: str = "d",
+    output_label: str = "output",
 ) -> Figure:
     """Three bar panels over the keys, one above the other: the query's scaled ``scores``
     (S,), its softmax ``weights`` (S,) and the products ``weights * values`` (S,), whose sum,
-    the output, is in the bottom panel's title. Each key's label carries its value."""
+    the output, is in the bottom panel's title. Each key's label carries its value.
+
+    ``width_label`` names the width in the score's $\\sqrt{\\cdot}$ (LaTeX, e.g.
+    ``"d_\\text{head}"``); ``output_label`` names the sum, e.g. "output's first feature" when
+    ``values`` holds one feature of each value vector."""
     scores, weights = _as_row(scores, "scores"), _as_row(weights, "weights")
     values = _as_row(values, "values")
     if not (len(scores) == len(weights) == len(values) == len(key_labels)):
@@ -42,13 +53,15 @@ def plot_query_row(
     figure, axes = plt.subplots(3, 1, figsize=(7, 5.5), sharex=True, layout="constrained")
     keys = np.arange(len(scores))
     rows = (scores, weights, weights * values)
-    for ax, row, name, colour in zip(axes, rows, _STEPS, OKABE_ITO[:3], strict=True):
+    names = (_STEPS[0].format(width=width_label), *_STEPS[1:])
+    for ax, row, name, colour in zip(axes, rows, names, OKABE_ITO[:3], strict=True):
         bars = ax.bar(keys, row, color=colour)
         ax.bar_label(bars, fmt="%.3g", padding=2, fontsize=9)
         ax.set_ylabel(name)
         ax.margins(y=0.25)
     axes[0].set_title(f"the query of {query_label!r}: scores, then softmax, then weighted values")
-    axes[2].set_title(f"output = sum of the bars = {float((weights * values).sum()):.3g}")
+    total = float((weights * values).sum())
+    axes[2].set_title(f"{output_label} = sum of the bars = {total:.3g}")
     labels = [
         f"{label}\n$v$ = {value:.3g}" for label, value in zip(key_labels, values, strict=True)
     ]
