@@ -76,3 +76,28 @@ def test_plot_refuses_bad_input_by_name(curves, ridge, message):
     with pytest.raises(ValueError, match=message):
         plot_intensity_vs_batch([1, 2], curves, ridge, "H100")
     plt.close("all")
+
+
+def test_plot_marks_the_largest_batch_that_fits():
+    fig = plot_intensity_vs_batch(
+        [1, 2, 4], {"a": ([1.0, 2.0, 3.0], 4.0)}, 300.0, "H100", largest_fitting={"a": 3}
+    )
+    lines = fig.axes[0].get_lines()
+    marker = [line for line in lines if line.get_label() == "fits up to batch 3"]
+    assert len(marker) == 1 and list(marker[0].get_xdata()) == [3, 3]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "largest_fitting, message",
+    [
+        ({"b": 3}, r"largest_fitting: expected labels of curves \['a'\], got \['b'\]"),
+        ({"a": 0}, r"largest_fitting\['a'\]: expected a finite number > 0, got 0"),
+    ],
+)
+def test_plot_refuses_a_bad_largest_batch(largest_fitting, message):
+    with pytest.raises(ValueError, match=message):
+        plot_intensity_vs_batch(
+            [1, 2], {"a": ([1.0, 2.0], 4.0)}, 300.0, "H100", largest_fitting=largest_fitting
+        )
+    plt.close("all")

@@ -43,14 +43,22 @@ def plot_intensity_vs_batch(
     curves: dict[str, tuple[Sequence[float], float]],
     ridge: float,
     machine: str,
+    largest_fitting: dict[str, int] | None = None,
 ) -> Figure:
     """Intensity against batch size, log-log: one line per entry, its ceiling dotted.
 
     ``curves`` maps a label to (the intensity at each of ``batch_sizes``, its ceiling
     ``flops / cache_bytes``). A grey dashed line marks ``ridge``, the intensity at which
-    ``machine`` stops being memory-bound.
+    ``machine`` stops being memory-bound. ``largest_fitting`` maps a label of ``curves`` to
+    the largest batch whose weights and caches fit in ``machine``'s memory, drawn as a
+    vertical dash-dotted line in the curve's colour.
     """
     check_positive("ridge", ridge)
+    unknown = set(largest_fitting or {}) - set(curves)
+    if unknown:
+        raise ValueError(
+            f"largest_fitting: expected labels of curves {list(curves)}, got {sorted(unknown)}"
+        )
     if not isinstance(curves, dict) or not curves:
         raise ValueError(
             f"curves: expected a non-empty dict of label -> (values, ceiling), got {curves!r}"
@@ -66,6 +74,10 @@ def plot_intensity_vs_batch(
         colour = OKABE_ITO[i % len(OKABE_ITO)]
         ax.plot(batch_sizes, values, "o-", color=colour, label=label)
         ax.axhline(ceiling, color=colour, linestyle=":", label=f"its ceiling, {ceiling:.0f} FLOP/B")
+        if largest_fitting and label in largest_fitting:
+            batch = largest_fitting[label]
+            check_positive(f"largest_fitting[{label!r}]", batch)
+            ax.axvline(batch, color=colour, linestyle="-.", label=f"fits up to batch {batch}")
     ax.axhline(ridge, color="grey", linestyle="--", label=f"ridge point of {machine}: {ridge:.0f}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(batch_sizes), [str(size) for size in batch_sizes])
