@@ -20,6 +20,8 @@ def test_attention_options_names_every_option_by_its_argument():
     for argument in ARGUMENTS:
         assert argument in shown, argument
     assert "window=4096" in shown and "c = 50" in shown
+    # the layer's window builds a tensor mask: the box must not call it FlexAttention's mask_mod
+    assert "(bool tensor)" in shown and "mask_mod" not in shown
     # the names drawn are real arguments of the layer
     layer = GroupedQueryAttention(
         16, 4, 2, qk_norm=True, rope=True, logit_softcap=50.0, window=4, output_gate=True

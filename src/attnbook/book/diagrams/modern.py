@@ -2,9 +2,9 @@
 
 The layer of :class:`attnbook.GroupedQueryAttention`, from the input x to the output, with each
 option of today's models drawn where it acts: QK-norm and the rotary embedding on the queries
-and keys, the soft-cap and the mask (or FlexAttention's ``score_mod`` and ``mask_mod``) on the
-scores, the sink column in the softmax (never with the soft-cap: the layer refuses the two
-together), and the output gate before W_O.
+and keys, the soft-cap and the mask on the scores (the layer's ``window`` builds a boolean tensor
+mask, not a FlexAttention ``mask_mod``), the sink column in the softmax (never with the soft-cap:
+the layer refuses the two together), and the output gate before W_O.
 """
 
 from matplotlib.figure import Figure
@@ -37,7 +37,7 @@ def attention_options(*, window: int = 4096, cap: float = 50.0) -> Figure:
     box(ax, 4.9, **top, width=1.4, text="RoPE\nrope=True", color=OPTION)
     box(ax, 6.6, **top, width=1.3, text="q · k / √d\nscores", color=LIGHT)
     box(ax, 8.2, **top, width=1.5, text=f"soft-cap\nc = {cap:g}\nlogit_softcap", color=OPTION)
-    box(ax, 10.0, **top, width=1.5, text=f"mask\nwindow={window}\n(mask_mod)", color=OPTION)
+    box(ax, 10.0, **top, width=1.5, text=f"mask\nwindow={window}\n(bool tensor)", color=OPTION)
     box(ax, 11.8, **top, width=1.5, text="softmax with\na sink column\nsinks=True", color=OPTION)
     box(ax, 11.9, 1.0, 1.3, 0.8, "mix V", color=LIGHT, fontsize=9)
     box(ax, 13.5, 1.0, 1.3, 0.8, "⊙ σ(x W_g)\noutput_gate", color=OPTION, fontsize=8)
