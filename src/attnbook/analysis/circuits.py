@@ -222,15 +222,22 @@ def composition_measurements(
     x = stream + attended  # (B, T, D): the stream itself keeps every layer-0 head
     if second.mlp is not None:
         x = x + second.mlp(second.mlp_norm(x))  # (B, T, D)
+    logits, measured = _after_layer_1(model, x, weights, tokens, period)  # (B, T, V)
+    return measured | {"logits": logits, "weights": weights}  # weights: layer 1's
+
+
+def _after_layer_1(
+    model: TinyDecoder, x: Tensor, weights: Tensor, tokens: Tensor, period: int
+) -> tuple[Tensor, dict[str, float | Tensor]]:
+    """The logits (B, T, V) from layer 1's output ``x`` (B, T, D), and what both measures
+    report: ``loss_repeated`` and layer 1's ``induction`` per head (H,) from its ``weights``."""
     for block in model.blocks[2:]:
         x = block(x)  # (B, T, D)
     logits = model.lm_head(model.final_norm(x))  # (B, T, V)
     losses = _next_token_losses(logits, tokens)  # (B, T - 1)
-    return {
+    return logits, {
         "loss_repeated": losses[:, period + 1 :].mean().item(),
         "induction": induction_score(weights[..., 1:, 1:], period).mean(dim=0),  # (H,)
-        "logits": logits,  # (B, T, V)
-        "weights": weights,  # (B, H, T, T): layer 1's
     }
 
 
@@ -264,14 +271,7 @@ def mean_ablation_measurements(
     written = first(x) - without  # (B, T, D): what the heads add
     x = without + written.mean(dim=0)  # (B, T, D): their average at each position instead
     x, weights = model.blocks[1].forward_with_weights(x, need_weights=True)  # weights (B, H, T, T)
-    for block in model.blocks[2:]:
-        x = block(x)  # (B, T, D)
-    logits = model.lm_head(model.final_norm(x))  # (B, T, V)
-    losses = _next_token_losses(logits, tokens)  # (B, T - 1)
-    return {
-        "loss_repeated": losses[:, period + 1 :].mean().item(),
-        "induction": induction_score(weights[..., 1:, 1:], period).mean(dim=0),  # (H,)
-    }
+    return _after_layer_1(model, x, weights, tokens, period)[1]
 
 
 def _check_layer_head(model: TinyDecoder, layer: int, head: int) -> None:
