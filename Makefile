@@ -113,7 +113,7 @@ $(INSTALLED): requirements.txt $(LOCK) pyproject.toml
 		echo "Could not create $(VENV). On Debian or Ubuntu: sudo apt install python3-venv"; exit 1; }
 	$(BIN)/python scripts/install_torch.py --build $(TORCH_BUILD) --cpu-index $(TORCH_CPU_INDEX)
 	@echo "Installing the $$(grep -c '^[a-z]' $(LOCK)) packages pinned in $(LOCK) (with torch," \
-		"about 1.6 GB in $(VENV) with the CPU build, 5.4 GB with CUDA)"
+		"about 2.5 GB in $(VENV) with the CPU build, 6 GB with CUDA)"
 	$(BIN)/python -m pip install --progress-bar on -c $(LOCK) -r requirements.txt
 	touch $@
 
@@ -149,6 +149,6 @@ chromium:
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis
 
-## distclean: clean, and remove .venv too (1.6 GB or more; the next target rebuilds it)
+## distclean: clean, and remove .venv too (2.5 GB or more; the next target rebuilds it)
 distclean: clean
 	rm -rf $(VENV)

@@ -125,14 +125,16 @@ def test_a_badge_sits_on_its_chapters_box():
     ("chapters", "stated"),
     [
         (None, "about 925 minutes"),
-        ("00 01 02 03 04 05 06", "(215 minutes)"),
-        (" ".join(READING_PATHS[0][3]), "(400\nminutes)"),
-        (" ".join(READING_PATHS[1][3]), "(430 minutes)"),
+        ("00 01 02 03 04 05 06", "215 minutes"),
+        (" ".join(READING_PATHS[0][3]), "F, 400 minutes"),
+        (" ".join(READING_PATHS[1][3]), "H, 430 minutes"),
     ],
 )
 def test_the_introduction_states_the_maps_reading_times(chapters, stated):
     minutes = {number: m for _, part in BOOK_PARTS for number, _, m in part}
     chosen = minutes if chapters is None else {n: minutes[n] for n in chapters.split()}
-    total = stated.strip("()").replace("about ", "").split()[0]
+    total = stated.replace("about ", "").split()[-2]
     assert sum(chosen.values()) == int(total)
-    assert stated in (ROOT / "book/intro.md").read_text()
+    # the prose wraps lines anywhere: compare with runs of white space made single spaces
+    introduction = " ".join((ROOT / "book/intro.md").read_text().split())
+    assert stated in introduction

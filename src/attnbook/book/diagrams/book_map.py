@@ -71,6 +71,7 @@ _BOX_W, _BOX_H, _GAP, _ROW = 2.3, 0.95, 0.45, 1.45
 _LEFT = 3.8  # room for the part captions
 _COLOURS = (LIGHT, SKY, LIGHT, SKY, LIGHT, ORANGE, BLUE)
 _BADGE_R, _LEGEND_LINE = 0.17, 0.5  # badge radius; height of a legend line under the rows
+_ARROW_AT = 0.3  # where a row-to-row arrow leaves and meets a box, as a fraction of its width
 
 
 def chapter_ranges(chapters) -> str:
@@ -148,8 +149,9 @@ def book_map(*, parts=BOOK_PARTS, paths=READING_PATHS) -> Figure:
             if column > 0:
                 arrow(ax, (x - _GAP, y + _BOX_H / 2), (x, y + _BOX_H / 2))
         if row + 1 < len(parts):
-            last = _LEFT + (len(chapters) - 1) * (_BOX_W + _GAP) + _BOX_W / 2
-            arrow(ax, (last, y), (_LEFT + _BOX_W / 2, y - (_ROW - _BOX_H)))
+            # both ends left of the box's middle, clear of the badges on its right
+            last = _LEFT + (len(chapters) - 1) * (_BOX_W + _GAP) + _ARROW_AT * _BOX_W
+            arrow(ax, (last, y), (_LEFT + _ARROW_AT * _BOX_W, y - (_ROW - _BOX_H)))
     for k, (letter, badge_colour, name, chapters) in enumerate(paths):
         y = legend - (k + 1) * _LEGEND_LINE
         _badge(ax, (0.3, y), letter, badge_colour)
