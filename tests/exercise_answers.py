@@ -58,9 +58,9 @@ def head_projection(torch_mha, role, h):
     return torch_mha.in_proj_weight[rows], torch_mha.in_proj_bias[rows]
 
 
-def repeat_kv(x, n_repeats):
-    B, H_kv, S, d_head = x.shape
-    return x[:, :, None].expand(B, H_kv, n_repeats, S, d_head).reshape(B, -1, S, d_head)
+def repeat_kv(x, n_repeats):  # heads on axis 2: (B, S, H_kv, d_head)
+    B, S, H_kv, d_head = x.shape
+    return x[:, :, :, None].expand(B, S, H_kv, n_repeats, d_head).reshape(B, S, -1, d_head)
 
 
 class PreallocatedKVCache(KVCache):

@@ -136,13 +136,23 @@ def bias_too(attention, h):  # ch05
 
 
 def transposed_view(x, n_repeats):  # ch06: the new axis before the head axis
-    B, H_kv, S, d_head = x.shape
-    view = x[:, :, None].expand(B, H_kv, n_repeats, S, d_head)
-    return view.transpose(1, 2).reshape(B, -1, S, d_head)
+    B, S, H_kv, d_head = x.shape
+    view = x[:, :, :, None].expand(B, S, H_kv, n_repeats, d_head)
+    return view.transpose(2, 3).reshape(B, S, -1, d_head)
+
+
+def chapter_recipe(x, n_repeats):  # ch06: x[:, :, None] as for (B, H_kv, S, d_head)
+    B, S, H_kv, d_head = x.shape
+    return x[:, :, None].expand(B, S, n_repeats, H_kv, d_head).reshape(B, S, -1, d_head)
+
+
+def copies_along_s(x, n_repeats):  # ch06: the heads taken to be on axis 1
+    B, H_kv, S, d_head = x.shape  # wrong names: x is (B, S, H_kv, d_head)
+    return x[:, :, None].expand(B, H_kv, n_repeats, S, d_head).reshape(B, -1, S, d_head)
 
 
 def by_broadcast(x, n_repeats):  # ch06: a multiplication by ones instead of expand
-    return (x[:, :, None] * torch.ones(1, 1, n_repeats, 1, 1)).flatten(1, 2)
+    return (x[:, :, :, None] * torch.ones(1, 1, 1, n_repeats, 1)).flatten(2, 3)
 
 
 class ReturnsOnlyNew(PreallocatedKVCache):  # ch08
@@ -562,13 +572,15 @@ WRONG_ANSWERS = {
         (lambda attention, h: 3, "should return a MultiHeadAttention, got int"),
     ],
     "check_repeat_kv": [
-        (lambda x, n: x.repeat(1, n, 1, 1), "the order [0, 1, 2, 0, 1, 2], which tiles them"),
-        (lambda x, n: x.repeat_interleave(n, dim=2), "expected shape (2, 6, 4, 5)"),
+        (lambda x, n: x.repeat(1, 1, n, 1), "the order [0, 1, 2, 0, 1, 2], which tiles them"),
+        (lambda x, n: x.repeat_interleave(n, dim=1), "expected shape (2, 4, 6, 5)"),
         (transposed_view, "which tiles them"),
-        (lambda x, n: x.repeat_interleave(n, dim=1), "uses repeat_interleave, which the exercise"),
-        (lambda x, n: torch.stack([x] * n, dim=2).flatten(1, 2), "uses stack"),
+        (chapter_recipe, "a new axis before the head axis"),
+        (copies_along_s, "the copies went along S; the heads are on axis 2 here"),
+        (lambda x, n: x.repeat_interleave(n, dim=2), "uses repeat_interleave, which the exercise"),
+        (lambda x, n: torch.stack([x] * n, dim=3).flatten(2, 3), "uses stack"),
         (
-            lambda x, n: x[:, torch.arange(x.size(1)).repeat_interleave(n)],
+            lambda x, n: x[:, :, torch.arange(x.size(2)).repeat_interleave(n)],
             "indexing with a list of heads",
         ),
         (by_broadcast, "never calls expand"),
@@ -1087,7 +1099,7 @@ def test_other_correct_forms_are_accepted(capsys):
     )
     expect_success(
         check.check_repeat_kv,
-        lambda x, n: x.unsqueeze(2).expand(-1, -1, n, -1, -1).flatten(1, 2),
+        lambda x, n: x.unsqueeze(3).expand(-1, -1, -1, n, -1).flatten(2, 3),
         capsys,
     )
 
@@ -1099,12 +1111,12 @@ def test_other_correct_forms_are_accepted(capsys):
 
 def test_check_repeat_kv_names_the_learners_function():
     def repeat_kv_by_expand(x, n_repeats):  # the exercise's name, tiling instead of grouping
-        return x.repeat(1, n_repeats, 1, 1)
+        return x.repeat(1, 1, n_repeats, 1)
 
     expect_message(
         exercises.check_repeat_kv,
         repeat_kv_by_expand,
-        "repeat_kv_by_expand(x of shape (2, 3, 4, 5), 2) with heads named 0, 1, 2",
+        "repeat_kv_by_expand(x of shape (2, 4, 3, 5), 2) with heads named 0, 1, 2",
     )
 
 

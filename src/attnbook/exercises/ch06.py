@@ -57,26 +57,28 @@ def _check_expand_only(names: set[str], call: str) -> None:
     if copying:
         _fail(
             f"{call} uses {', '.join(copying)}, which the exercise leaves out: build the copies "
-            "as a free view with expand (a new axis of stride 0 after the head axis), then "
-            "reshape it, which makes the one copy"
+            "as a free view with expand (a new axis of stride 0 right after the head axis, "
+            "axis 2), then reshape it, which makes the one copy"
         )
     if not names & _EXPANDING:
         _fail(
-            f"{call} never calls expand: add an axis after the head axis (x[:, :, None]), "
-            "expand it to n_repeats (a view with stride 0, no copy), then reshape"
+            f"{call} never calls expand: add an axis right after the head axis "
+            "(x[:, :, :, None] for heads on axis 2), expand it to n_repeats (a view with "
+            "stride 0, no copy), then reshape"
         )
 
 
 @_checker
 def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
-    """``fn(x (B, H_kv, S, d_head), n_repeats)`` -> (B, H_kv * n_repeats, S, d_head).
+    """``fn(x (B, S, H_kv, d_head), n_repeats)`` -> (B, S, H_kv * n_repeats, d_head).
 
-    The copies of each head sit next to each other, and they are made with ``expand`` and
-    ``reshape`` only: no ``repeat_interleave``, ``repeat``, ``cat``, ``stack`` or indexing
-    by a list of heads.
+    The heads sit on axis 2, as they come out of a projection before the transpose to
+    (B, H_kv, S, d_head). The copies of each head sit next to each other, and they are made
+    with ``expand`` and ``reshape`` only: no ``repeat_interleave``, ``repeat``, ``cat``,
+    ``stack`` or indexing by a list of heads.
     """
-    named = torch.arange(3.0).view(1, 3, 1, 1).expand(2, 3, 4, 5)  # (B, H_kv, S, d_head)
-    random_kv = torch.randn(2, 4, 3, 8, generator=_generator(0))  # (B, H_kv, S, d_head)
+    named = torch.arange(3.0).view(1, 1, 3, 1).expand(2, 4, 3, 5)  # (B, S, H_kv, d_head)
+    random_kv = torch.randn(2, 3, 4, 8, generator=_generator(0))  # (B, S, H_kv, d_head)
     fn_name = getattr(fn, "__name__", "your function")  # the learner's name, in every message
     for name, x in [("heads named 0, 1, 2", named), ("random keys", random_kv)]:
         for n_repeats in (1, 2, 4):
@@ -84,13 +86,16 @@ def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
             with _FunctionsUsed() as used:
                 result = _call(fn, call, x, n_repeats)
             result = _as_tensor(result, call, "a tensor")
-            batch, n_kv_heads, length, head_dim = x.shape
-            shape = (batch, n_kv_heads * n_repeats, length, head_dim)
+            batch, length, n_kv_heads, head_dim = x.shape
+            shape = (batch, length, n_kv_heads * n_repeats, head_dim)
             if tuple(result.shape) != shape:
+                along_s = tuple(result.shape) == (batch, length * n_repeats, n_kv_heads, head_dim)
                 _fail(
-                    f"{call}: expected shape {shape} (B, H, S, d_head), got {tuple(result.shape)}"
+                    f"{call}: expected shape {shape} (B, S, H, d_head), got "
+                    f"{tuple(result.shape)}"
+                    + (": the copies went along S; the heads are on axis 2 here" if along_s else "")
                 )
-            expected = x.repeat_interleave(n_repeats, dim=1)  # (B, H, S, d_head)
+            expected = x.repeat_interleave(n_repeats, dim=2)  # (B, S, H, d_head)
             if not torch.equal(result, expected):
                 _fail(f"{call}: {_order_hint(result, x, n_repeats)}")
             if n_repeats > 1:
@@ -102,17 +107,18 @@ def check_repeat_kv(fn: Callable[[Tensor, int], Tensor]) -> None:
 
 
 def _order_hint(result: Tensor, x: Tensor, n_repeats: int) -> str:
-    n_kv_heads = x.size(1)
-    if torch.equal(result, x.repeat(1, n_repeats, 1, 1)):
+    n_kv_heads = x.size(2)
+    if torch.equal(result, x.repeat(1, 1, n_repeats, 1)):
         order = [h % n_kv_heads for h in range(n_kv_heads * n_repeats)]
         return (
-            f"the heads come out in the order {order}, which tiles them. Query head h reads "
-            f"key/value head h // {n_repeats}, so the copies of one head must sit next to each "
-            f"other: {[h // n_repeats for h in range(n_kv_heads * n_repeats)]}"
+            f"the heads come out in the order {order}, which tiles them (as .repeat does, "
+            "and a new axis before the head axis). Query head h reads key/value head "
+            f"h // {n_repeats}, so the copies of one head must sit next to each other: "
+            f"{[h // n_repeats for h in range(n_kv_heads * n_repeats)]}"
         )
-    expected = x.repeat_interleave(n_repeats, dim=1)  # (B, H, S, d_head)
+    expected = x.repeat_interleave(n_repeats, dim=2)  # (B, S, H, d_head)
     bad_head = next(
-        h for h in range(result.size(1)) if not torch.equal(result[:, h], expected[:, h])
+        h for h in range(result.size(2)) if not torch.equal(result[:, :, h], expected[:, :, h])
     )
     return (
         f"output head {bad_head} should be a copy of key/value head {bad_head // n_repeats}, "
