@@ -365,11 +365,20 @@ def recall(chosen, target, k):  # ch19
     return hits.double().mean(-1)[k:]
 
 
-def summary_mask(T, block_size, *, first_key=False, strict=False):  # ch19
-    start = torch.arange(T // block_size) * block_size  # (n_blocks,): each block's first key
-    end = start if first_key else start + block_size - 1  # its last key (first: a wrong answer)
-    t = torch.arange(T)[:, None]  # (T, 1)
-    return end[None] < t if strict else end[None] <= t
+def indexer_crossover(index_heads, index_dim, top_k, *, wrong=""):  # ch19
+    attention_flops = 128 * (576 + 512) * 2  # per kept latent: 128 heads, MQA mode
+    index_flops = index_heads * index_dim * 2  # per cached token
+    index_bytes = index_dim + 4 * (index_dim // 128)  # FP8 numbers, one FP32 scale per 128
+    if wrong == "scores only":  # forgets the weighted values
+        attention_flops = 128 * 576 * 2
+    if wrong == "no scales":
+        index_bytes = index_dim
+    if wrong == "keys per head":  # an indexer key per head, not one shared by the heads
+        index_bytes *= index_heads
+    flops, size = top_k * attention_flops, top_k * 576 * 2  # the main attention's top_k
+    if wrong == "or equal":  # the first L at which the indexer costs at least as much
+        return -(-flops // index_flops), -(-size // index_bytes)
+    return flops // index_flops + 1, size // index_bytes + 1
 
 
 SOLUTIONS = {
@@ -417,7 +426,7 @@ SOLUTIONS = {
     "check_chunk_end_state": chunk_end_state,
     "check_moba_choice": moba_choice,
     "check_recall": recall,
-    "check_summary_mask": summary_mask,
+    "check_indexer_crossover": indexer_crossover,
 }
 
 

@@ -2,13 +2,18 @@
 
 import math
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from attnbook.book.tile_plot import plot_tile_grid
 from attnbook.core.masks import causal_mask
 from attnbook.sparse.moba import moba_blocks, moba_mask
-from attnbook.sparse.tiles import tile_counts
+from attnbook.sparse.tiles import tile_counts, tile_grids
 from attnbook.sparse.topk import selection_mask
+
+matplotlib.use("Agg")
 
 
 def _by_hand(mask: torch.Tensor, tile: int) -> dict[str, int]:
@@ -90,3 +95,34 @@ def test_queries_in_order_cost_at_least_as_many_tiles_and_dense_costs_every_caus
 def test_bad_input_is_refused(chosen, tile, match):
     with pytest.raises(ValueError, match=match):
         tile_counts(chosen, tile)
+
+
+def test_tile_grids_place_the_counted_tiles():
+    chosen = torch.tensor([[1, 0], [1, 0], [1, 1], [0, 1]], dtype=torch.bool)  # as above
+    in_order, grouped = tile_grids(chosen, 2)
+    assert in_order.tolist() == [[True, False], [True, True]]
+    assert grouped.tolist() == [2, 1]
+    q, k = torch.randn(2, 1, 1, 32, 4).unbind(0)  # (B, H, T, d) each
+    chosen = selection_mask(moba_blocks(q, k, block_size=4, top_k=2), 8)[0, 0]  # (T, 8)
+    in_order, grouped = tile_grids(chosen, 4)
+    counts = tile_counts(chosen, 4)
+    assert int(in_order.sum()) == counts["queries in order"]
+    assert int(grouped.sum()) == counts["queries grouped by block"]
+    assert not in_order.triu(1).any()  # no query tile computes a future block
+    assert (grouped <= torch.arange(8, 0, -1)).all()  # block j has 8 - j causal tiles
+    with pytest.raises(ValueError, match=r"one head's \(T, n_blocks\), got \(1, 32, 8\)"):
+        tile_grids(chosen[None], 4)
+
+
+def test_the_tile_picture_draws_the_counted_tiles():
+    chosen = torch.zeros(16, 4, dtype=torch.bool)
+    chosen[torch.arange(16), torch.arange(16) // 4] = True  # own block
+    chosen[torch.arange(4, 16, 4), 0] = True  # one query per later tile reads block 0
+    figure = plot_tile_grid(chosen, 4)
+    left, right = (ax.get_images()[0].get_array() for ax in figure.axes[:2])
+    assert (left == 2).sum() == 4 + 3 and (right == 2).sum() == 4 + 1
+    assert (left >= 1).sum() == (right >= 1).sum() == 10  # the causal tiles
+    assert right[:, 0].tolist() == [2, 2, 1, 1]  # block 0: 7 readers, 2 packed tiles on top
+    assert figure.axes[0].get_title() == "queries in order: 7 of 10 causal tiles"
+    assert figure.axes[1].get_title() == "queries grouped by block: 5 of 10 causal tiles"
+    plt.close(figure)

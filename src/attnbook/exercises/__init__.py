@@ -67,7 +67,7 @@ from attnbook.exercises.ch18 import (
     check_erase_gain,
     check_orthonormal_keys,
 )
-from attnbook.exercises.ch19 import check_moba_choice, check_recall, check_summary_mask
+from attnbook.exercises.ch19 import check_indexer_crossover, check_moba_choice, check_recall
 
 __all__ = [
     "ExerciseError",
@@ -112,7 +112,7 @@ __all__ = [
     "check_scale_for",
     "check_sink_weights",
     "check_sink_window_mask",
-    "check_summary_mask",
+    "check_indexer_crossover",
     "check_supported_orderings",
     "check_window_mask",
     "check_query_magnitude",

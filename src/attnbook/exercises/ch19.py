@@ -1,5 +1,5 @@
-"""Chapter 19's exercise checkers: MoBA's choice of blocks, an indexer's recall and NSA's
-summary mask."""
+"""Chapter 19's exercise checkers: MoBA's choice of blocks, an indexer's recall and the cache
+length at which the indexer costs more than the attention it serves."""
 
 from collections.abc import Callable
 
@@ -17,9 +17,9 @@ from attnbook.exercises._common import (
     _generator,
     _succeed,
 )
+from attnbook.sparse.cost import ATTENTION_FLOPS, LATENT_BYTES
 from attnbook.sparse.indexer import topk_recall, topk_tokens
 from attnbook.sparse.moba import moba_mask
-from attnbook.sparse.nsa import compressed_mask
 
 # Chapter 19: attention that picks its keys.
 
@@ -145,44 +145,86 @@ def check_recall(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
     )
 
 
-@_checker
-def check_summary_mask(fn: Callable[[int, int], Tensor]) -> None:
-    """``fn(T, block_size)`` -> NSA's (T, T // block_size) mask: the summaries query t reads."""
-    for length, block_size in [(16, 4), (10, 3), (9, 2), (5, 8)]:
-        call = f"summary_mask({length}, {block_size})"
-        n_blocks = length // block_size
-        result = _as_tensor(_call(fn, call, length, block_size), call, "a boolean tensor")
-        shape = tuple(result.shape)
-        if shape == (length, -(-length // block_size)) != (length, n_blocks):
-            _fail(
-                f"{call}: expected shape ({length}, {n_blocks}), got {shape}: only "
-                "complete blocks have a summary, so n_blocks = T // block_size (a partial last "
-                "block has none yet)"
-            )
-        if shape == (length, length) != (length, n_blocks):
-            _fail(
-                f"{call}: expected shape ({length}, {n_blocks}), got {shape}: one "
-                "column per block summary, not one per key"
-            )
-        mask = _check_bool_mask(result, call, (length, n_blocks))
-        expected = compressed_mask(length, block_size)
-        if torch.equal(mask, expected):
-            continue
-        row, block = _first_difference(mask, expected)
-        last = (block + 1) * block_size - 1  # the block's last key
-        if mask[row, block] and last > row:
-            _fail(
-                f"{call}: row {row} reads the summary of block {block}, whose last key {last} is "
-                "in its future; a summary mixes every key of its block, so a query may read it "
-                "only once the block is complete"
-            )
-        if last == row:
-            _fail(
-                f"{call}: row {row} misses block {block}, which ends at key {row}, the query "
-                "itself; a block is complete once its last key is at or before t"
-            )
+def _first_above(per_kept: int, per_token: int, top_k: int) -> int:
+    """The shortest cache length L with L * per_token > top_k * per_kept, in exact integers."""
+    return top_k * per_kept // per_token + 1
+
+
+def _index_key_bytes(index_dim: int) -> int:
+    """An FP8 indexer key: index_dim bytes and one FP32 scale per 128 of them."""
+    return index_dim + 4 * (index_dim // 128)
+
+
+def _crossover_hint(
+    call: str, unit: str, got: int, costs: tuple[int, int, int], wrong: dict[int, str]
+) -> None:
+    """Fail with what ``got`` most likely miscounted; ``costs`` = (per_kept, per_token, top_k)."""
+    per_kept, per_token, top_k = costs
+    expected = _first_above(per_kept, per_token, top_k)
+    if got * per_token == top_k * per_kept:
         _fail(
-            f"{call}: row {row}, block {block} should be {bool(expected[row, block])}: query t "
-            "reads block j's summary when (j + 1) * block_size - 1 <= t"
+            f"{call}: {unit}: at L = {got:,} the indexer costs exactly as much as the main "
+            f"attention; it costs more only from L = {expected:,} (strictly greater)"
         )
-    _succeed("each query reads the summaries of the blocks complete at its position")
+    if got in wrong:
+        _fail(f"{call}: {unit}: got {got:,}, expected {expected:,}: {wrong[got]}")
+    _fail(
+        f"{call}: {unit}: got {got:,}, expected {expected:,}; past top_k tokens the main "
+        "attention's cost stops growing, so solve L * (indexer cost per cached token) > "
+        "top_k * (attention cost per kept token) for the smallest whole L"
+    )
+
+
+@_checker
+def check_indexer_crossover(fn: Callable[[int, int, int], tuple[int, int]]) -> None:
+    """``fn(index_heads, index_dim, top_k)`` -> (L in FLOPs, L in bytes): the shortest cache
+    lengths at which one decoding step's indexer costs more than DeepSeek-V3.2-Exp's main
+    attention over its top_k tokens (MQA mode, BF16 latents; FP8 indexer keys with one FP32
+    scale per 128 numbers)."""
+    for heads, dim, top_k in [(64, 128, 2048), (32, 256, 1024), (16, 128, 512), (8, 384, 2048)]:
+        call = f"indexer_crossover({heads}, {dim}, {top_k})"
+        result = _call(fn, call, heads, dim, top_k)
+        pair = tuple(result) if isinstance(result, tuple | list) else ()
+        if len(pair) != 2 or not all(isinstance(x, int | float) for x in pair):
+            _fail(f"{call} should return two numbers (L in FLOPs, L in bytes), got {result!r}")
+        if not all(float(x).is_integer() for x in pair):
+            _fail(f"{call}: a cache length is a whole number of tokens, got {pair}")
+        flops, size = (int(x) for x in pair)
+        index_flops, index_bytes = heads * dim * 2, _index_key_bytes(dim)
+        flop_costs = (ATTENTION_FLOPS, index_flops, top_k)
+        byte_costs = (LATENT_BYTES, index_bytes, top_k)
+        expected = (_first_above(*flop_costs), _first_above(*byte_costs))
+        if (flops, size) == expected:
+            continue
+        if (size, flops) == expected:
+            _fail(f"{call}: the pair is swapped: FLOPs first, then bytes")
+        if flops != expected[0]:
+            wrong = {
+                _first_above(128 * 576 * 2, index_flops, top_k): "the main attention also "
+                "multiplies its weights by the 512-number values, not only q by the keys",
+                _first_above((576 + 512) * 2, index_flops, top_k): "every one of the 128 "
+                "query heads scores and weighs each kept latent",
+                _first_above(128 * (192 + 128) * 2, index_flops, top_k): "the sparse model "
+                "runs its main attention in MQA mode (576 + 512 per head), even in prefill",
+                _first_above(ATTENTION_FLOPS, dim * 2, top_k): "each of the index_heads "
+                "indexer heads has its own query, so the indexer spends index_heads * "
+                "index_dim multiply-adds per cached token",
+            }
+            _crossover_hint(call, "FLOPs", flops, flop_costs, wrong)
+        wrong = {
+            _first_above(LATENT_BYTES, dim, top_k): "every 128 FP8 numbers carry one "
+            "FP32 scale, 4 bytes",
+            _first_above(576, index_bytes, top_k): "count bytes on both sides: a latent is "
+            f"576 BF16 numbers, {LATENT_BYTES:,} bytes, and an indexer key is cached in FP8 "
+            "(1 byte a number)",
+            _first_above(576, dim, top_k): "that counts numbers; a latent is 576 BF16 "
+            f"numbers, {LATENT_BYTES:,} bytes, and an indexer key index_dim FP8 bytes plus "
+            "one 4-byte scale per 128",
+            _first_above(LATENT_BYTES, heads * index_bytes, top_k): "the indexer caches "
+            "one key per token, shared by its heads (only the queries are per head)",
+        }
+        _crossover_hint(call, "bytes", size, byte_costs, wrong)
+    _succeed(
+        "the indexer overtakes from top_k * 278,528 / (2 H^I d^I) tokens in FLOPs and "
+        "top_k * 1,152 / (d^I + d^I / 32) in bytes, whatever H^I"
+    )

@@ -58,3 +58,21 @@ def tile_counts(chosen: Tensor, tile: int) -> dict[str, int]:
         "pairs": int(chosen.sum()),
         "causal pairs": n_groups * int((own_block + 1).sum()),
     }
+
+
+def tile_grids(chosen: Tensor, tile: int) -> tuple[Tensor, Tensor]:
+    """Where the tiles of :func:`tile_counts` fall, for one head's choice ``chosen`` (T, n_blocks).
+
+    Returns ``(in_order, grouped)``: ``in_order`` (n_blocks, n_blocks) bool, True where query
+    tile i must compute key block j (any of its queries chose j); ``grouped`` (n_blocks,) int,
+    the tiles block j needs once the queries that chose it are packed together. Their sums are
+    ``tile_counts``' "queries in order" and "queries grouped by block".
+    """
+    _check_chosen(chosen, tile)
+    if chosen.dim() != 2:
+        raise ValueError(f"chosen: expected one head's (T, n_blocks), got {tuple(chosen.shape)}")
+    n_blocks = chosen.size(-1)
+    # (n_blocks, n_blocks): query tile i against key block j
+    in_order = chosen.reshape(n_blocks, tile, n_blocks).any(1)
+    readers = chosen.sum(0)  # (n_blocks,): queries that chose each block
+    return in_order, torch.div(readers + tile - 1, tile, rounding_mode="floor")
