@@ -473,3 +473,16 @@ def repeated_loss_without(model, tokens, period, heads, *, layer=0, first=None, 
 
 
 SOLUTIONS["check_repeated_loss_without"] = repeated_loss_without
+
+
+def previous_shares_slip(model, tokens, slip):
+    """ch13 exercise 4's two slips: the two-back weight averaged over T - 1 queries
+    (``"count"``), or the mean of the per-window ratios (``"per_window"``)."""
+    with torch.no_grad():
+        weights = model.attention_weights(tokens)[0]  # (B, H, T, T)
+    previous = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, T - 1)
+    two_back = weights.diagonal(offset=-2, dim1=-2, dim2=-1)  # (B, H, T - 2)
+    shares = previous.mean(dim=(0, 2))  # (H,)
+    if slip == "count":  # T - 2 weights two back over T - 1 queries
+        return shares, shares / (two_back.sum(dim=(0, 2)) / previous[:, 0].numel())
+    return shares, (previous.mean(dim=-1) / two_back.mean(dim=-1)).mean(dim=0)

@@ -35,6 +35,7 @@ from exercise_answers import (
     moba_choice,
     orthonormal_keys,
     previous_shares,
+    previous_shares_slip,
     query_magnitude,
     recall,
     receptive_field,
@@ -696,6 +697,8 @@ WRONG_ANSWERS = {
         ),
         (lambda *a: previous_shares(*a)[0], "should return two (H,) tensors"),
         (lambda *a: (previous_shares(*a)[0] * 4, previous_shares(*a)[1]), "4 times too large"),
+        (lambda *a: previous_shares_slip(*a, "count"), "averaged over T - 1 queries"),
+        (lambda *a: previous_shares_slip(*a, "per_window"), "mean of the per-window ratios"),
     ],
     "check_head_importance": [
         (batch_gradient, "so gradients of opposite signs do not cancel"),

@@ -212,6 +212,8 @@ def _layer_zero_offsets(model: TinyDecoder, tokens: Tensor) -> dict[str, Tensor]
             return diagonal.mean(dim=(0, 2))  # (H,)
         return diagonal.sum(dim=(0, 2)) / (weights.size(1) * weights.size(-1))  # (H,)
 
+    # (B, H, T - 1) and (B, H, T - 2): layer 0's weights on keys i - 1 and i - 2
+    previous, two_back = (weights[0].diagonal(offset=-k, dim1=-2, dim2=-1) for k in (1, 2))
     return {
         "previous": mean_on(0, 1),
         "two_back": mean_on(0, 2),
@@ -219,6 +221,11 @@ def _layer_zero_offsets(model: TinyDecoder, tokens: Tensor) -> dict[str, Tensor]
         "previous_all_queries": mean_on(0, 1, skip=False),
         "two_back_all_queries": mean_on(0, 2, skip=False),
         "last_layer": mean_on(-1, 1),
+        # the T - 2 weights two back divided by the T - 1 queries that have a previous key
+        "two_back_over_previous_count": two_back.sum(dim=(0, 2))
+        / (weights.size(1) * previous.size(-1)),
+        # each window's ratio, then their mean: not the ratio of the two means
+        "mean_of_window_ratios": (previous.mean(dim=-1) / two_back.mean(dim=-1)).mean(dim=0),
     }
 
 
@@ -254,6 +261,16 @@ def check_previous_shares(fn: Callable[[nn.Module, Tensor], tuple[Tensor, Tensor
         _fail(f"{call}: the ratio compares key i - 1 with key i - 2 (two back), not key i")
     if _close(ratios, keys["previous"] / keys["two_back_all_queries"], atol=1e-6):
         _fail(f"{call}: queries 0 and 1 have no key two back; average over queries 2 to T - 1")
+    if _close(ratios, keys["previous"] / keys["two_back_over_previous_count"], atol=1e-6):
+        _fail(
+            f"{call}: the two-back weight is averaged over T - 1 queries; only the T - 2 "
+            f"queries 2 .. T - 1 have a key two back, so divide by T - 2"
+        )
+    if _close(ratios, keys["mean_of_window_ratios"], atol=1e-6):
+        _fail(
+            f"{call}: that is the mean of the per-window ratios; take the ratio of the two "
+            f"means instead (the mean share over the mean weight two back, every window pooled)"
+        )
     if not _close(ratios, keys["previous"] / keys["two_back"], atol=1e-6):
         _fail(f"{call}: ratios should be each share over the head's mean weight on key i - 2")
     _succeed("layer 0's shares on key i - 1, and each against its weight on key i - 2")
