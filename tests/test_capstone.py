@@ -231,3 +231,57 @@ def test_the_start_of_word_heads_without_a_words_first_two_letters(loaded, split
     every = start_of_word_weight(weights, windows, space_id)  # (L, H)
     every_uniform = start_of_word_weight(uniform_weights, windows, space_id)  # (L, H)
     assert round((every[0, 0] / every_uniform[0, 0]).item(), 1) == 3.5
+
+
+def test_the_seed_histories_hold_every_variant_but_mha_with_seeds_1_and_2(loaded):
+    seeds = capstone.load_seed_histories()
+    assert list(seeds) == ["GQA", "MQA", "MLA"]
+    for name, runs in seeds.items():
+        assert list(runs) == [1, 2], name
+        for history in runs.values():
+            assert history.steps == loaded.histories[name].steps  # every 25 steps to 400
+            # another seed, another run: not the shipped seed-0 history
+            assert history.validation_losses != loaded.histories[name].validation_losses
+
+
+def test_the_seed_histories_repeat_a_fresh_run_with_that_seed(split):
+    """GQA with seed 1, the first 25 steps: its weights and its batches follow the seed."""
+    vocabulary, train_ids, validation_ids = split
+    recorded = capstone.load_seed_histories()["GQA"][1]
+    check_steps = capstone.TRAINING["eval_every"]
+    _, history = train_capstone_model(
+        "GQA", len(vocabulary), train_ids, validation_ids, steps=check_steps, seed=1
+    )
+    assert history.steps == recorded.steps[:2]
+    for live, shipped in zip(
+        history.validation_losses, recorded.validation_losses[:2], strict=True
+    ):
+        assert abs(live - shipped) <= 1e-5, (live, shipped)
+
+
+def test_a_seed_file_from_other_settings_or_missing_is_refused(monkeypatch):
+    shipped = capstone.read_shipped
+
+    def other_settings(name, regenerate):
+        manifest = json.loads(shipped(name, regenerate))
+        manifest["config"]["variants"]["MLA"]["kv_latent_dim"] = 16
+        return json.dumps(manifest).encode()
+
+    monkeypatch.setattr(capstone, "read_shipped", other_settings)
+    with pytest.raises(
+        ValueError, match=r"in \['variants'\].* re-run `python scripts/train_capstone_"
+    ):
+        capstone.load_seed_histories()
+    monkeypatch.setattr(capstone, "read_shipped", shipped)
+    monkeypatch.setattr(capstone, "SEED_HISTORIES", "no_such_file.json")
+    with pytest.raises(FileNotFoundError, match="python scripts/train_capstone_seeds.py"):
+        capstone.load_seed_histories()
+
+
+def test_a_seed_changes_the_initial_weights_and_the_default_is_the_shipped_one(split):
+    vocabulary, _, _ = split
+    default = build_capstone_model("MQA", len(vocabulary)).state_dict()
+    zero = build_capstone_model("MQA", len(vocabulary), seed=0).state_dict()
+    one = build_capstone_model("MQA", len(vocabulary), seed=1).state_dict()
+    assert all(torch.equal(default[key], zero[key]) for key in default)
+    assert not torch.equal(default["token_embedding.weight"], one["token_embedding.weight"])

@@ -88,16 +88,17 @@ def matched_mlp_widths(vocab_size: int) -> dict[str, int]:
     return widths
 
 
-def build_capstone_model(variant: str, vocab_size: int) -> TinyDecoder:
+def build_capstone_model(variant: str, vocab_size: int, *, seed: int = INIT_SEED) -> TinyDecoder:
     """A freshly initialised model of ``variant`` with its matched MLP width.
 
-    Initialised after ``torch.manual_seed(INIT_SEED)``, as ``set_seed(0)`` then ``TinyDecoder``
-    in chapter 12 does, but on a forked generator: the caller's random state is left as it was.
+    Initialised after ``torch.manual_seed(seed)`` (default ``INIT_SEED``: as ``set_seed(0)``
+    then ``TinyDecoder`` in chapter 12 does), but on a forked generator: the caller's random
+    state is left as it was.
     """
     check_choice("variant", variant, tuple(VARIANTS))
     mlp_width = matched_mlp_widths(vocab_size)[variant]
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(INIT_SEED)
+        torch.manual_seed(seed)
         return _decoder(variant, vocab_size, mlp_width)
 
 
@@ -108,8 +109,13 @@ def train_capstone_model(
     validation_ids: Tensor,
     *,
     steps: int | None = None,
+    seed: int | None = None,
 ) -> tuple[TinyDecoder, TrainingHistory]:
     """Build ``variant`` and train it with ``TRAINING`` (``steps`` overrides its step count).
+
+    ``seed`` (default: the shipped models' ``INIT_SEED`` and ``TRAINING["seed"]``, both 0)
+    fixes both the initial weights and the order of the batches, as in
+    ``scripts/compare_head_counts.py``.
 
     Training runs on one CPU thread, and the previous thread count is restored afterwards:
     with one thread every sum is taken in the same order, so the weights and the history are
@@ -117,8 +123,10 @@ def train_capstone_model(
     the same torch version and CPU. ``train_ids`` and ``validation_ids`` are 1-D token ids.
     Returns the trained model (eval mode) and its validation history.
     """
-    model = build_capstone_model(variant, vocab_size)
+    model = build_capstone_model(variant, vocab_size, seed=INIT_SEED if seed is None else seed)
     settings = dict(TRAINING, steps=TRAINING["steps"] if steps is None else steps)
+    if seed is not None:
+        settings["seed"] = seed
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -181,3 +189,45 @@ def load_capstone_models(device: torch.device | str | None = None) -> CapstoneMo
         load_weights(model, states, name, WEIGHTS, RETRAIN)
         models[name] = model.to(device).eval()
     return CapstoneModels(models, histories, manifest)
+
+
+SEED_HISTORIES = "capstone_seeds.json"
+RETRAIN_SEEDS = "python scripts/train_capstone_seeds.py"
+
+
+def seeds_config(vocab_size: int) -> dict:
+    """``capstone_config`` with the seed left to each run, as ``capstone_seeds.json`` records it."""
+    config = capstone_config(vocab_size)
+    config["training"] = dict(config["training"], seed="per run")
+    config["init_seed"] = "per run"
+    return config
+
+
+def load_seed_histories() -> dict[str, dict[int, TrainingHistory]]:
+    """The validation histories of the variants retrained with other seeds, {variant: {seed: h}}.
+
+    ``data/capstone_seeds.json`` holds GQA, MQA and MLA trained with seeds 1 and 2 (each seed
+    fixing the initial weights and the batch order), histories only; its config must be this
+    module's (the seed apart). Raises as :func:`load_capstone_models` does, naming the script.
+    """
+    manifest = read_manifest(
+        SEED_HISTORIES, read_shipped(SEED_HISTORIES, RETRAIN_SEEDS), RETRAIN_SEEDS
+    )
+    with manifest_fields(SEED_HISTORIES, RETRAIN_SEEDS):
+        expected = seeds_config(manifest["config"]["model"]["vocab_size"])
+        check_config(
+            SEED_HISTORIES,
+            manifest["config"],
+            expected,
+            "attnbook.models.capstone's",
+            RETRAIN_SEEDS,
+        )
+        return {
+            name: {
+                int(seed): TrainingHistory(
+                    run["steps"], run["validation_losses"], run["final_training_loss"]
+                )
+                for seed, run in manifest["histories"][name].items()
+            }
+            for name in manifest["variants"]
+        }

@@ -1,0 +1,98 @@
+"""Train chapter 12's GQA, MQA and MLA tiny GPTs with two more seeds; write their histories.
+
+The shipped models (``data/capstone_models.pt``, from ``scripts/train_capstone_models.py``) are
+seed 0; MHA's seeds 1 and 2 are in ``data/head_count_comparison.json`` (its 4-head model is
+the capstone's MHA model, and its seed 0 is the shipped run). This script trains the other three
+variants with seeds 1 and 2, each seed fixing both the initial weights and the batch order, with
+``attnbook.models.capstone.train_capstone_model`` (one CPU thread, 400 steps, the validation loss
+every 25 steps), and writes only their validation histories to ``data/capstone_seeds.json``: no
+weights. About 25 s per run on a 2-core machine; ``--jobs`` runs that many at once, each on one
+thread, in separate processes (the same losses: every run is single-threaded and seeded).
+
+    OMP_NUM_THREADS=1 python scripts/train_capstone_seeds.py                 # writes data/
+    OMP_NUM_THREADS=1 python scripts/train_capstone_seeds.py --jobs 6        # the same, in parallel
+    python scripts/train_capstone_seeds.py --steps 5 --output /tmp/seeds.json  # a smoke run
+"""
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+
+from attnbook import CharVocabulary, load_genesis, train_validation_split
+from attnbook.models.capstone import (
+    SEED_HISTORIES,
+    VALIDATION_FRACTION,
+    seeds_config,
+    train_capstone_model,
+)
+
+OUTPUT = Path(__file__).resolve().parent.parent / "data" / SEED_HISTORIES
+VARIANTS = ("GQA", "MQA", "MLA")
+SEEDS = (1, 2)
+TIMEOUT_SECONDS = 3600  # for one run, however busy the machine
+
+
+def train_one(name: str, seed: int, steps: int | None) -> dict:
+    """One variant trained with one seed: its validation history and its time."""
+    text = load_genesis()
+    vocabulary = CharVocabulary(text)
+    train_ids, validation_ids = train_validation_split(vocabulary.encode(text), VALIDATION_FRACTION)
+    start = time.perf_counter()
+    _, history = train_capstone_model(
+        name, len(vocabulary), train_ids, validation_ids, steps=steps, seed=seed
+    )
+    return {
+        "steps": history.steps,
+        "validation_losses": history.validation_losses,
+        "final_training_loss": history.final_training_loss,
+        "training_seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=None, help="default: the capstone's 400")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
+    args = parser.parse_args()
+    runs = [(name, seed) for name in VARIANTS for seed in args.seeds]
+    start = time.perf_counter()
+    # AdamW's first construction imports much of torch (seconds): once here, before the fork
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {run: pool.submit(train_one, *run, args.steps) for run in runs}
+        results = {run: future.result(timeout=TIMEOUT_SECONDS) for run, future in futures.items()}
+    seconds = time.perf_counter() - start
+    histories = {name: {} for name in VARIANTS}
+    for (name, seed), result in results.items():
+        histories[name][str(seed)] = result
+        print(f"{name} seed {seed}: validation loss {result['validation_losses'][-1]:.4f}")
+    vocabulary = CharVocabulary(load_genesis())
+    config = seeds_config(len(vocabulary))
+    if args.steps is not None:
+        config["training"] = dict(config["training"], steps=args.steps)
+    result = {
+        "made_by": " ".join(["python scripts/train_capstone_seeds.py", *sys.argv[1:]]),
+        "config": config,
+        "variants": list(VARIANTS),
+        "seeds": args.seeds,
+        "seed_fixes": "the initial weights (torch.manual_seed) and the batch order",
+        "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
+        "histories": histories,
+        "torch_version": torch.__version__,
+        "threads": 1,
+        "training_seconds": round(seconds, 1),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.output} in {seconds:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
