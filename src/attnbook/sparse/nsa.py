@@ -13,8 +13,8 @@ Each query reads the keys through three branches and mixes their outputs with le
 The output is ``sum_c sigmoid(gate_c(x)) * branch_c``, one gate per branch and head. Simplified
 from the paper: one block size for compression and selection, compression blocks that do not
 overlap (the paper's case l = d = l', where the selection scores are the compression weights
-themselves), and one set of keys and values shared by the branches (the paper gives each
-branch its own).
+themselves), one set of keys and values shared by the branches (the paper gives each
+branch its own), and one block choice for all heads (the paper shares it within a GQA group).
 """
 
 import math
@@ -66,8 +66,10 @@ def select_blocks(block_weights: Tensor, block_size: int, top_n: int) -> Tensor:
     """Each query's ``top_n`` blocks, own block first: (B, H, T, n_cmp) -> (B, H, T, top_n).
 
     block_weights: the compressed branch's weights (complete earlier blocks only), summed over
-    heads so that every head of a query reads the same blocks (NSA shares the choice within a
-    group of heads). The own block (incomplete, so without a summary) is always taken; -1 = none.
+    all heads so that every head of a query reads the same blocks. NSA shares a choice only
+    within a GQA group (heads that read the same keys); every head here has keys of its own, so
+    this one choice for the whole layer is a simplification. The own block (incomplete, so
+    without a summary) is always taken; -1 = none.
     """
     batch, n_heads, query_len, n_complete = block_weights.shape
     n_blocks = math.ceil(query_len / block_size)
