@@ -7,18 +7,11 @@ book shows, and its nbval run is skipped with the reason.
 
 import pytest
 
-from attnbook.kernels.runtime import has_triton_wheel, platform_name
-
-NEEDS_TRITON = {"16_flash_kernel.ipynb"}
+from attnbook.kernels.runtime import why_chapter_cannot_run
 
 
 def pytest_collection_modifyitems(items):
-    if has_triton_wheel():
-        return
-    skip = pytest.mark.skip(
-        reason=f"needs triton, which has no wheel for {platform_name()} (Linux "
-        "x86-64/aarch64 only): run this chapter on Linux, in WSL or on a GPU machine"
-    )
     for item in items:
-        if item.path.name in NEEDS_TRITON:
-            item.add_marker(skip)
+        reason = why_chapter_cannot_run(item.path.name)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -6,11 +6,13 @@ Usage: python scripts/execute_notebooks.py [--jobs N] book/00_conventions.ipynb 
 that building the book leaves the committed files as they are.
 
 Each notebook runs in a fresh kernel with its own folder as the working directory, exactly as
-nbval runs it in `make test`. The chapters are independent, so up to ``--jobs`` of them run at
-once (default: the number of CPU cores), each kernel limited to its share of the cores so that
-together they never oversubscribe the machine. One line per notebook is printed, with its time;
-what the kernels write to stderr (start-up warnings) is kept back and shown only for a notebook
-that fails. Timing metadata is not recorded, so re-running an unchanged notebook leaves its file
+nbval runs it in `make test`. A chapter this machine cannot run (chapter 16 without a Triton
+wheel, on macOS or Windows) is left as it is, with its committed outputs, and says why. The
+chapters are independent, so up to ``--jobs`` of them run at once (default: the number of CPU
+cores), each kernel limited to its share of the cores so that together they never
+oversubscribe the machine. One line per notebook is printed, with its time; what the kernels
+write to stderr (start-up warnings) is kept back and shown only for a notebook that fails.
+Timing metadata is not recorded, so re-running an unchanged notebook leaves its file
 unchanged apart from outputs that really vary (timings).
 """
 
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from attnbook.kernels.runtime import why_chapter_cannot_run
 
 KERNEL = "python3"
 TIMEOUT_SECONDS = 600
@@ -58,11 +62,20 @@ def main(argv: list[str]) -> None:
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
-    jobs = max(1, min(args.jobs, len(args.notebooks)))
+    notebooks = []
+    for path in args.notebooks:
+        reason = why_chapter_cannot_run(path.name)
+        if reason is None:
+            notebooks.append(path)
+        else:
+            print(f"{path}: kept its committed outputs: it {reason}", flush=True)
+    if not notebooks:
+        return
+    jobs = max(1, min(args.jobs, len(notebooks)))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     start, failed = time.perf_counter(), []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(execute, path, threads): path for path in args.notebooks}
+        futures = {pool.submit(execute, path, threads): path for path in notebooks}
         for future in as_completed(futures):
             seconds, problem = future.result()
             status = "executed" if problem is None else "FAILED"
@@ -70,7 +83,7 @@ def main(argv: list[str]) -> None:
             if problem is not None:
                 failed.append(f"{futures[future]}: {problem}")
     print(
-        f"{len(args.notebooks)} notebooks in {time.perf_counter() - start:.1f} s "
+        f"{len(notebooks)} notebooks in {time.perf_counter() - start:.1f} s "
         f"({jobs} at a time, {threads} thread(s) each)",
         flush=True,
     )

@@ -39,6 +39,24 @@ def has_triton_wheel() -> bool:
     return sys.platform == "linux" and platform.machine() in SUPPORTED_MACHINES
 
 
+# the book's chapters (file names under book/) whose kernels need Triton
+NEEDS_TRITON = frozenset({"16_flash_kernel.ipynb"})
+
+
+def why_chapter_cannot_run(notebook_name: str) -> str | None:
+    """Why the chapter ``notebook_name`` cannot run on this machine, or None when it can.
+
+    A chapter in :data:`NEEDS_TRITON` cannot run where Triton has no wheel; there it keeps its
+    committed outputs: ``make book`` shows them and ``make test`` skips its strict-nbval run.
+    """
+    if notebook_name in NEEDS_TRITON and not has_triton_wheel():
+        return (
+            f"needs triton, which has no wheel for {platform_name()} (Linux x86-64/aarch64 "
+            "only): run this chapter on Linux, in WSL or on a GPU machine"
+        )
+    return None
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get(INTERPRET_VARIABLE, "0").lower() in ("1", "true", "on", "yes")
