@@ -139,6 +139,22 @@ def test_gradient_importance_is_the_mean_absolute_finite_difference(model_and_ba
         assert importance[layer, head].item() == pytest.approx(sum(slopes) / 3, rel=1e-5)
 
 
+def test_gate_gradients_average_to_the_gradient_of_the_mean_loss(model_and_batch):
+    model, inputs, targets = model_and_batch
+    per_window = analysis.gate_gradients(model, inputs, targets)  # (B, L, H)
+    assert per_window.shape == (3, 2, 2)
+    gates = torch.ones(2, 2, dtype=torch.float64, requires_grad=True)
+    x, y = inputs[1:2], targets[1:2]
+    (second,) = torch.autograd.grad(loss_with(model, x, y, gates), gates)
+    torch.testing.assert_close(per_window[1], second)
+    # every window has the same length, so the batch's mean loss is the windows' mean
+    (expected,) = torch.autograd.grad(loss_with(model, inputs, targets, gates), gates)
+    torch.testing.assert_close(per_window.mean(dim=0), expected)
+    importance = analysis.gradient_importance(model, inputs, targets)  # (L, H)
+    torch.testing.assert_close(importance, per_window.abs().mean(dim=0))
+    assert (importance > per_window.mean(dim=0).abs() + 1e-6).any()  # signs differ somewhere
+
+
 def test_pruning_everything_and_the_order_helper(model_and_batch):
     model, inputs, targets = model_and_batch
     scores = torch.tensor([[3.0, 1.0], [2.0, 0.5]])
@@ -287,6 +303,7 @@ def test_windows_and_targets_are_checked_before_any_loss(model_and_batch):
     model, inputs, targets = model_and_batch
     for function in (
         analysis.gradient_importance,
+        analysis.gate_gradients,
         analysis.ablation_increase,
         lambda m, x, y: analysis.pruning_curve(m, x, y, []),
         lambda m, x, y: analysis.masked_loss(m, x, y, torch.ones(2, 2, dtype=torch.float64)),

@@ -396,20 +396,29 @@ def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tens
     return increase
 
 
+def gate_gradients(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    """(B, L, H): d loss(x) / d xi_h at xi = 1 for every window x of inputs, signed.
+
+    One backward pass per window. Their mean over the windows, negated, is the first-order
+    estimate of what removing each head costs; :func:`gradient_importance` averages their
+    absolute values instead.
+    """
+    _check_windows(model, inputs, targets)
+    gradients = []
+    for window, target in zip(inputs, targets, strict=True):
+        gates = _gates(model).requires_grad_()
+        loss = _loss(model, window[None], target[None], gates)
+        gradients.append(torch.autograd.grad(loss, gates)[0])  # (L, H)
+    return torch.stack(gradients)  # (B, L, H)
+
+
 def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     """(L, H): Michel et al.'s I_h = E_x |d loss(x) / d xi_h| at xi = 1, x one window of inputs.
 
     One backward pass per window (B of them): the absolute value is taken per window, before
     the mean, as in the paper.
     """
-    _check_windows(model, inputs, targets)
-    total = _gates(model).zero_()  # (L, H)
-    for window, target in zip(inputs, targets, strict=True):
-        gates = _gates(model).requires_grad_()
-        loss = _loss(model, window[None], target[None], gates)
-        (gradient,) = torch.autograd.grad(loss, gates)  # (L, H)
-        total += gradient.abs()
-    return total / inputs.size(0)
+    return gate_gradients(model, inputs, targets).abs().mean(dim=0)
 
 
 @torch.no_grad()
