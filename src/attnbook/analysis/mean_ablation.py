@@ -46,11 +46,13 @@ def _block_with_write(
     block: nn.Module, x: Tensor, gates: Tensor, write: Tensor, mask: Tensor | None
 ) -> Tensor:
     """The block on x (B, T, D) with head gates (H,) and ``write`` (D,) added to its attention."""
-    attended, _ = block.attention(
-        block.attention_norm(x), mask=mask, is_causal=mask is None, head_mask=gates
-    )  # (B, T, D)
-    x = x + attended + write  # (B, T, D)
-    return x if block.mlp is None else x + block.mlp(block.mlp_norm(x))  # (B, T, D)
+    hook = block.attention.out_proj.register_forward_hook(
+        lambda _module, _args, output: output + write
+    )
+    try:
+        return block(x, None, mask=mask, head_mask=gates)  # (B, T, D)
+    finally:
+        hook.remove()
 
 
 @torch.no_grad()
