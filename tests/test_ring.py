@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from helpers import TOLERANCES, as_float64, raises, seeded_tensors
 
-from attnbook.efficient.launcher import WorkerError, launch
+from attnbook.efficient.launcher import WorkerError, launch, rank_device
 from attnbook.efficient.ring import all_gather_attention, ring_attention, run_cases
 from attnbook.efficient.sharding import (
     chunk_ranges,
@@ -70,26 +70,29 @@ def parity_worker(inputs, grad_inputs):
     """Every case on this rank's shards: this rank's output shard per case, and its gradient
     shards (dq, dk, dv) per backward case."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    # nccl (one rank per GPU) communicates CUDA tensors only; results go back on the CPU
+    device = rank_device()
     gradients = []
     for (is_causal, layout, *_), tensors in zip(GRAD_CASES, grad_inputs, strict=True):
         names = ("query", "key", "value", "grad")
         shards = [
-            shard_sequence(t, rank, world_size, layout, name)
+            shard_sequence(t, rank, world_size, layout, name).to(device)
             for t, name in zip(tensors, names, strict=True)
         ]  # (B, H, T/P, d), (1, H, S/P, d), (B, H, S/P, d_v), (B, H, T/P, d_v)
         leaves = [t.requires_grad_() for t in shards[:3]]
         output = ring_attention(*leaves, is_causal=is_causal, layout=layout)
         output.backward(shards[3])
-        gradients.append([t.grad for t in leaves])
+        gradients.append([t.grad.cpu() for t in leaves])
     outputs = []
     for (method, is_causal, layout, *_), (query, key, value) in zip(CASES, inputs, strict=True):
         shards = [
-            shard_sequence(t, rank, world_size, layout, name)
+            shard_sequence(t, rank, world_size, layout, name).to(device)
             for t, name in ((query, "query"), (key, "key"), (value, "value"))
         ]  # (B, H, T/P, d), (B, H, S/P, d), (B, H, S/P, d_v)
         attention = ring_attention if method == "ring" else all_gather_attention
         lengths = (query.size(-2), key.size(-2))
-        outputs.append(attention(*shards, is_causal=is_causal, layout=layout, lengths=lengths))
+        output = attention(*shards, is_causal=is_causal, layout=layout, lengths=lengths)
+        outputs.append(output.cpu())
     return outputs, gradients
 
 

@@ -88,6 +88,43 @@ def test_the_gpu_tile_shape_with_two_diagonal_tiles_per_program():
         torch.testing.assert_close(mine.double(), theirs.grad, atol=ATOL, rtol=0, msg=name)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="half precision runs only on a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("seq_q", "seq_k", "head_dim", "is_causal"),
+    [
+        (300, 300, 64, True),  # the GPU's 128-row query blocks, the last one partial
+        (129, 200, 40, False),  # d padded to 64 inside the kernel; T, S off every block
+        (1, 257, 128, False),  # one query row (a decoding step) over keys past two blocks
+        (1000, 1000, 128, True),  # the widest head, many diagonal tiles
+    ],
+)
+def test_half_precision_on_the_gpu_is_as_accurate_as_sdpa(dtype, seq_q, seq_k, head_dim, is_causal):
+    """Compiled kernels in float16 and bfloat16: against a float64 reference, the output and
+    the gradients err at most twice as much as SDPA's own in the same dtype, plus the dtype's
+    rounding of an O(1) value (the FlashAttention papers' test)."""
+    generator = torch.Generator().manual_seed(5)
+    shapes = ((2, 3, seq_q, head_dim), (2, 3, seq_k, head_dim), (2, 3, seq_k, head_dim))
+    exact = [torch.randn(shape, generator=generator, dtype=torch.float64) for shape in shapes]
+    grad_output = torch.randn(2, 3, seq_q, head_dim, generator=generator, dtype=torch.float64)
+    results = {}
+    for name, attention in (("triton", triton_attention), ("sdpa", F.scaled_dot_product_attention)):
+        inputs = [x.to(DEVICE, dtype).requires_grad_() for x in exact]
+        output = attention(*inputs, is_causal=is_causal)
+        output.backward(grad_output.to(DEVICE, dtype))
+        results[name] = [t.double().cpu() for t in (output, *(x.grad for x in inputs))]
+    reference = [x.clone().requires_grad_() for x in exact]
+    expected = F.scaled_dot_product_attention(*reference, is_causal=is_causal)
+    expected.backward(grad_output)
+    rounding = torch.finfo(dtype).eps
+    truths = (expected.detach(), *(x.grad for x in reference))
+    for what, mine, theirs, truth in zip(
+        "oqkv", results["triton"], results["sdpa"], truths, strict=True
+    ):
+        error, sdpa_error = ((x - truth).abs().max().item() for x in (mine, theirs))
+        assert error <= 2 * sdpa_error + rounding, (what, error, sdpa_error)
+
+
 def test_the_forward_refuses_a_query_block_that_is_not_a_multiple_of_the_key_block():
     q = torch.zeros(1, 1, 4, 16, device=DEVICE)
     with pytest.raises(ValueError, match="block_m: expected a multiple of block_n = 64, got 32"):

@@ -170,7 +170,9 @@ def _delta_inputs() -> tuple[torch.Tensor, ...]:
     generator = _generator(18)
     shapes = ((1, 2, 50, 16), (1, 2, 70, 16), (1, 2, 70, 16), (1, 2, 50, 16))
     q, k, v, grad_out = (torch.randn(s, generator=generator).to(device) for s in shapes)
-    out = F.scaled_dot_product_attention(q, k, v)  # (B, H, T, d)
+    # (B, H, T, d); contiguous, as the kernel's pointer arithmetic assumes: on a GPU, SDPA's
+    # flash and memory-efficient backends return a (B, T, H, d) layout seen through strides
+    out = F.scaled_dot_product_attention(q, k, v).contiguous()
     return q, k, v, out, grad_out
 
 
