@@ -1,5 +1,8 @@
 """The Triton bench section: on a machine without CUDA it says it needs a GPU."""
 
+import hashlib
+from importlib.resources import files
+
 import pytest
 import torch
 
@@ -12,3 +15,61 @@ def test_without_cuda_the_section_says_it_needs_a_gpu():
     assert text.splitlines()[0].startswith("Triton FlashAttention kernels")
     assert "skipped: this section needs a CUDA GPU" in text
     assert "ms" not in text  # no timing from the interpreter
+
+
+def test_a_row_parses_back_to_what_was_formatted():
+    cells = [(0.1, 2.0), (0.03, 2.0), None, (0.7, 10.0), (0.4, 14.0), None]
+    row = triton_section.format_row("bfloat16", 128, 16384, cells)
+    assert row.startswith("bfloat16 d=128 T=16384 ")
+    parsed = triton_section.parse_row(row)
+    assert (parsed["dtype"], parsed["head_dim"], parsed["length"]) == ("bfloat16", 128, 16384)
+    assert parsed["forward"] == {"triton": (0.1, 2.0), "sdpa": (0.03, 2.0), "tiled": None}
+    assert parsed["backward"] == {"triton": (0.7, 10.0), "sdpa": (0.4, 14.0), "tiled": None}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["columns: triton, sdpa, tiled", "float16  d=64  T=1024  0.10 ms / 2 MiB | -"],
+)
+def test_other_text_is_refused_by_name(text):
+    with pytest.raises(ValueError, match="row: expected a row of the Triton bench table"):
+        triton_section.parse_row(text)
+
+
+def test_a_malformed_cell_is_named():
+    row = "float16  d=64  T=1024  " + " | ".join(["0.1 ms / 2 MiB"] * 5 + ["fast"])
+    with pytest.raises(ValueError, match="got 'fast'"):
+        triton_section.parse_row(row)
+
+
+def test_the_shipped_gpu_run_is_the_full_table_and_its_verdict_is_its_own():
+    """The shipped run covers every (dtype, d, T) of the full benchmark, tiled attention only
+    up to TILED_MAX_LENGTH, and its target line states the worst ratio its rows give."""
+    header, rows = triton_section.read_shipped_run()
+    assert any("H200" in line for line in header)
+    full = triton_section.FULL
+    expected = [
+        (str(dtype)[6:], d, n)
+        for dtype in triton_section.DTYPES
+        for d in full["head_dims"]
+        for n in full["lengths"]
+    ]
+    assert [(row["dtype"], row["head_dim"], row["length"]) for row in rows] == expected
+    for row in rows:
+        ran_tiled = row["length"] <= triton_section.TILED_MAX_LENGTH
+        assert (row["forward"]["tiled"] is not None) == ran_tiled
+    longest = [row for row in rows if row["length"] == full["lengths"][-1]]
+    worst = min(
+        row[mode]["sdpa"][0] / row[mode]["triton"][0]
+        for row in longest
+        for mode in ("forward", "backward")
+    )
+    text = (files("attnbook.data") / triton_section.SHIPPED_RUN).read_text()
+    met = "met" if worst >= triton_section.TARGET_SPEED else "NOT met"
+    assert f"worst {worst:.2f}x, {met}" in text
+
+
+def test_the_data_readme_states_the_shipped_runs_hash():
+    data = files("attnbook.data")
+    digest = hashlib.sha256((data / triton_section.SHIPPED_RUN).read_bytes()).hexdigest()
+    assert f"sha256 `{digest}`" in (data / "README.md").read_text()

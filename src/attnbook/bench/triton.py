@@ -10,9 +10,15 @@ runs only up to ``TILED_MAX_LENGTH``: its Python loop over tiles is slow at long
 Target: the Triton kernels reach at least 0.7x SDPA's throughput (SDPA's time / Triton's) at
 the longest length, forward and forward + backward. On a machine without CUDA the kernels run
 in Triton's interpreter, where a timing means nothing: the section says it needs a GPU.
+
+One run on a GPU ships with the book, ``data/triton_bench_h200.txt`` (its header says on what
+machine and software); :func:`read_shipped_run` parses it back into measurements, for chapter
+16 and the tests, with :func:`parse_row`, the inverse of :func:`format_row`.
 """
 
+import re
 import statistics
+from importlib.resources import files
 
 import torch
 import torch.nn.functional as F
@@ -76,14 +82,12 @@ def triton_benchmark(quick: bool = False) -> list[str]:
                     ms = {}
                     for name, attention in IMPLEMENTATIONS.items():
                         if name == "tiled" and length > TILED_MAX_LENGTH:
-                            cells.append("-")
+                            cells.append(None)
                             continue
                         ms[name], peak = _measure(attention, inputs, backward, config["repeats"])
-                        cells.append(f"{ms[name]:.2f} ms / {peak / MIB:.0f} MiB")
+                        cells.append((ms[name], peak / MIB))
                     ratio[backward] = ms["sdpa"] / ms["triton"]
-                rows.append(
-                    f"{str(dtype)[6:]:8} d={head_dim:<3} T={length:<5} " + " | ".join(cells)
-                )
+                rows.append(format_row(str(dtype)[6:], head_dim, length, cells))
                 if length == config["lengths"][-1]:
                     verdicts.append(min(ratio.values()))
     worst = min(verdicts)
@@ -93,6 +97,53 @@ def triton_benchmark(quick: bool = False) -> list[str]:
         f"worst {worst:.2f}x, {met}"
     )
     return rows
+
+
+def format_row(
+    dtype: str, head_dim: int, length: int, cells: list[tuple[float, float] | None]
+) -> str:
+    """One table row: ``cells`` are (ms, MiB) per implementation, forward then with backward,
+    in :data:`IMPLEMENTATIONS`' order; None where an implementation did not run ("-")."""
+    text = ["-" if cell is None else f"{cell[0]:.2f} ms / {cell[1]:.0f} MiB" for cell in cells]
+    return f"{dtype:8} d={head_dim:<3} T={length:<5} " + " | ".join(text)
+
+
+_ROW = re.compile(r"(?P<dtype>\w+)\s+d=(?P<head_dim>\d+)\s+T=(?P<length>\d+)\s+(?P<cells>.+)")
+_CELL = re.compile(r"(?P<ms>[\d.]+) ms / (?P<mib>\d+) MiB")
+
+
+def parse_row(row: str) -> dict:
+    """A row of :func:`format_row` back as a dict: dtype, head_dim, length, and "forward" and
+    "backward", each {implementation: (ms, MiB) or None}. Raises ValueError for other text."""
+    match = _ROW.fullmatch(row.strip())
+    texts = match["cells"].split(" | ") if match else []
+    if len(texts) != 2 * len(IMPLEMENTATIONS):
+        raise ValueError(f"row: expected a row of the Triton bench table, got {row!r}")
+    cells = []
+    for text in texts:
+        cell = _CELL.fullmatch(text.strip())
+        if cell is None and text.strip() != "-":
+            raise ValueError(f"row: expected 'ms / MiB' or '-' in each cell, got {text!r}")
+        cells.append((float(cell["ms"]), float(cell["mib"])) if cell else None)
+    n = len(IMPLEMENTATIONS)
+    return {
+        "dtype": match["dtype"],
+        "head_dim": int(match["head_dim"]),
+        "length": int(match["length"]),
+        "forward": dict(zip(IMPLEMENTATIONS, cells[:n], strict=True)),
+        "backward": dict(zip(IMPLEMENTATIONS, cells[n:], strict=True)),
+    }
+
+
+SHIPPED_RUN = "triton_bench_h200.txt"
+
+
+def read_shipped_run() -> tuple[list[str], list[dict]]:
+    """The GPU run shipped in ``data/``: its header lines (without "# ") and its parsed rows."""
+    lines = (files("attnbook.data") / SHIPPED_RUN).read_text().splitlines()
+    header = [line[2:] for line in lines if line.startswith("# ")]
+    rows = [parse_row(line) for line in lines if _ROW.fullmatch(line.strip())]
+    return header, rows
 
 
 def run(quick: bool = False) -> str:
