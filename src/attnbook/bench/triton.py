@@ -1,11 +1,12 @@
 """The Triton FlashAttention kernels on a GPU: time and peak memory against SDPA and tiled.
 
 :func:`triton_benchmark` times :func:`attnbook.triton_attention`, PyTorch's
-``F.scaled_dot_product_attention`` (its flash backend where the GPU has one) and the library's
-:func:`attnbook.tiled_attention`, causal, forward and forward + backward, at T = S = 1K to 16K,
-d = 64 and 128, float16 and bfloat16, with CUDA events (median of ``repeats`` after a warm-up)
-and ``torch.cuda.max_memory_allocated`` above the inputs. The plain-PyTorch tiled attention
-runs only up to ``TILED_MAX_LENGTH``: its Python loop over tiles is slow at long lengths.
+``F.scaled_dot_product_attention`` (whichever fused kernel its dispatch picks; not recorded)
+and the library's :func:`attnbook.tiled_attention`, causal, forward and forward + backward, at
+T = S = 1K to 16K, d = 64 and 128, float16 and bfloat16, with CUDA events (median of
+``repeats`` after a warm-up) and ``torch.cuda.max_memory_allocated`` above the inputs. The
+plain-PyTorch tiled attention runs only up to ``TILED_MAX_LENGTH``: its Python loop over tiles
+is slow at long lengths.
 
 Target: the Triton kernels reach at least 0.7x SDPA's throughput (SDPA's time / Triton's) at
 the longest length, forward and forward + backward. On a machine without CUDA the kernels run
