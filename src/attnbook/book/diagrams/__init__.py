@@ -6,6 +6,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 """
 
 from attnbook.book.diagrams.book_map import book_map
+from attnbook.book.diagrams.cache_heads import cache_per_token
 from attnbook.book.diagrams.circuits import induction_circuit
 from attnbook.book.diagrams.dataflow import attention_shapes, self_attention_dataflow
 from attnbook.book.diagrams.groups import query_groups
@@ -35,6 +36,7 @@ __all__ = [
     "attention_options",  # chapter 15
     "attention_shapes",  # chapter 0
     "book_map",  # the introduction
+    "cache_per_token",  # chapter 6
     "block_tables",  # chapter 17
     "cache_versus_state",  # chapter 18
     "chunked_delta_rule",  # chapter 18
