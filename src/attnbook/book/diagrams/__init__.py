@@ -6,6 +6,7 @@ primitives (canvas, boxes, arrows, labels) are in :mod:`attnbook.book.diagrams._
 """
 
 from attnbook.book.diagrams.book_map import book_map
+from attnbook.book.diagrams.cache_heads import cache_per_token
 from attnbook.book.diagrams.circuits import induction_circuit
 from attnbook.book.diagrams.dataflow import attention_shapes, self_attention_dataflow
 from attnbook.book.diagrams.groups import query_groups
@@ -23,6 +24,7 @@ from attnbook.book.diagrams.linear import (
 )
 from attnbook.book.diagrams.masks import mask_gallery
 from attnbook.book.diagrams.modern import attention_options
+from attnbook.book.diagrams.preview import book_preview
 from attnbook.book.diagrams.ring import ring_steps, ring_timeline
 from attnbook.book.diagrams.rope import rope_rotation
 from attnbook.book.diagrams.seq2seq import seq2seq_decoders
@@ -35,6 +37,8 @@ __all__ = [
     "attention_options",  # chapter 15
     "attention_shapes",  # chapter 0
     "book_map",  # the introduction
+    "book_preview",  # the introduction
+    "cache_per_token",  # chapter 6
     "block_tables",  # chapter 17
     "cache_versus_state",  # chapter 18
     "chunked_delta_rule",  # chapter 18
