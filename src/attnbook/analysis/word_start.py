@@ -4,8 +4,9 @@ In a character-level model a **start-of-word head** looks back from a letter to 
 letter of its word: key ``s``, the latest position with ``1 <= s <= t`` that follows a
 **separator**, a character that ends a word and is not part of the next one. Which ids
 separate is the caller's choice (``separator_ids``); chapter 12 passes the space and the line
-break, the only characters its Genesis text puts between words (a punctuation mark that ends
-a word is followed by one of them, and an apostrophe stands inside a word).
+break: in its Genesis text a letter follows some other non-letter only inside a word (the
+apostrophe of "'s") or after an opening parenthesis (6 times), which then counts as its
+word's first character.
 
 Measured on every query, a previous-character head scores too, because for a query on a word's
 first or second letter the word's start is the query itself or the character just before it.
