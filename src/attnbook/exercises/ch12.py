@@ -213,7 +213,7 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
 
 
 @_checker
-def check_start_of_word_weight(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
+def check_start_of_word_weight(fn: Callable[[Tensor, Tensor, list[int]], Tensor]) -> None:
     """``fn(weights (L, B, H, T, T), windows (B, T), separator_ids)`` -> (L, H) mean weights.
 
     The mean, over every window b and query t with a separator before it, of the weight on
