@@ -144,13 +144,13 @@ def cache_bytes_per_token(model):
     return total
 
 
-def start_of_word_weight(weights, windows, space_id):
+def start_of_word_weight(weights, windows, separator_ids):
     total = weights.new_zeros(weights.size(0), weights.size(2))  # (L, H)
     count = 0
     for b, row in enumerate(windows.tolist()):
-        start = None  # the current word's first letter, once a space has been seen
+        start = None  # the current word's first letter, once a separator has been seen
         for t in range(len(row)):
-            if t > 0 and row[t - 1] == space_id:
+            if t > 0 and row[t - 1] in separator_ids:
                 start = t
             if start is not None:
                 total += weights[:, b, :, t, start]  # (L, H)

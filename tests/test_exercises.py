@@ -315,14 +315,16 @@ def no_rope(model):  # ch12: forgets MLA's rotary key
 
 def word_start_weight(weights, windows, space, *, shift=0, first=False, late=False, **how):
     """ch12 exercise 3 with one mistake: the key before the word start (shift=-1), the first
-    space (first), spaces up to t - 2 only (late), queries with no space counted as 0 or as
-    key 0 (missing="zero"/"key0"), each window averaged first (per_window), or the queries on
-    a word's first letter left out (skip_own)."""
+    separator (first), separators up to t - 2 only (late), queries with no separator counted
+    as 0 or as key 0 (missing="zero"/"key0"), each window averaged first (per_window), the
+    queries on a word's first letter left out (skip_own), or the space alone (space_only)."""
+    if how.get("space_only"):
+        space = space[:1]
     means, total, count = [], 0, 0
     for b, row in enumerate(windows.tolist()):
         row_total, row_count, start = 0, 0, None
         for t in range(len(row)):
-            after_space = t > 0 and row[t - 1] == space
+            after_space = t > 0 and row[t - 1] in space
             if after_space and not late and not (first and start is not None):
                 start = t
             if start == t and how.get("skip_own"):
@@ -345,7 +347,7 @@ def space_onward(weights, windows, space):  # ch12: reads the space itself, from
     for b, row in enumerate(windows.tolist()):
         start = None
         for t, token in enumerate(row):
-            if token == space:
+            if token in space:
                 start = t
             if start is not None:
                 total, count = total + weights[:, b, :, t, start], count + 1
@@ -663,9 +665,10 @@ WRONG_ANSWERS = {
         ),
     ],
     "check_start_of_word_weight": [
-        (lambda *a: word_start_weight(*a, shift=-1), "the weight on the space itself"),
-        (space_onward, "reads the space itself, from the space on"),
-        (lambda *a: word_start_weight(*a, first=True), "the first space of the window"),
+        (lambda *a: word_start_weight(*a, shift=-1), "the weight on the separator itself"),
+        (space_onward, "reads the separator itself, from the separator on"),
+        (lambda *a: word_start_weight(*a, first=True), "the first separator of the window"),
+        (lambda *a: word_start_weight(*a, space_only=True), "a line break ends a word too"),
         (lambda *a: word_start_weight(*a, late=True), "let s = t count"),
         (lambda *a: word_start_weight(*a, skip_own=True), "keep it, and let s = t count"),
         (lambda *a: word_start_weight(*a, missing="zero"), "instead of counting them as 0"),

@@ -93,22 +93,32 @@ def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
 
 # Chapter 12, exercise 3: a head's mean weight on the first letter of the current word.
 
-_SPACE = 4  # the space's id in the checker's windows
-_WINDOWS = [  # (B, T): spaces at 4, 7, 8 / at 0 and 4 / at 7 only; word starts and skips
+_SEPARATORS = [4, 0]  # the ids of the space and the line break in the checker's windows
+_WINDOWS = [  # (B, T): spaces at 4, 7, 8 / a space at 0, a line break at 4 / a space at 7
     [1, 2, 3, 1, 4, 2, 3, 4, 4, 1],
-    [4, 1, 2, 3, 4, 1, 2, 3, 1, 2],
+    [4, 1, 2, 3, 0, 1, 2, 3, 1, 2],
     [1, 1, 1, 1, 1, 1, 1, 4, 2, 3],
 ]
 
 
-def _word_start(row: list[int], t: int, *, first: bool = False, strict: bool = False) -> int:
-    """The key s the exercise asks for at query t: the largest s, 1 <= s <= t, after a space.
+def _word_start(
+    row: list[int],
+    t: int,
+    *,
+    first: bool = False,
+    strict: bool = False,
+    space_only: bool = False,
+) -> int:
+    """The key s the exercise asks for at query t: the largest s, 1 <= s <= t, after a
+    separator.
 
-    -1 when there is none. ``first`` takes the smallest such s, ``strict`` leaves s = t out
-    (two mistakes the hints name).
+    -1 when there is none. ``first`` takes the smallest such s, ``strict`` leaves s = t out,
+    ``space_only`` counts the first separator (the space) alone (three mistakes the hints
+    name).
     """
     last = t - 1 if strict else t
-    starts = [s for s in range(1, last + 1) if row[s - 1] == _SPACE]
+    separators = _SEPARATORS[:1] if space_only else _SEPARATORS
+    starts = [s for s in range(1, last + 1) if row[s - 1] in separators]
     if not starts:
         return -1
     return starts[0] if first else starts[-1]
@@ -124,21 +134,23 @@ def _start_of_word_mean(
     per_window: bool = False,
     from_space: bool = False,
     skip_own: bool = False,
+    space_only: bool = False,
 ) -> Tensor:
     """(L, H): the mean weight on the word start over (b, t), or one of the named mistakes.
 
-    ``offset=-1`` reads the space itself; ``from_space`` reads the latest space at or before
-    the query, from the space on (the space's own query included); ``skipped`` is what
-    queries with no space before them contribute ("skip", "zero" or "key0"); ``per_window``
-    averages each window first; ``skip_own`` leaves out the queries on a word's first letter.
+    ``offset=-1`` reads the separator itself; ``from_space`` reads the latest separator at or
+    before the query, from the separator on (its own query included); ``skipped`` is what
+    queries with no separator before them contribute ("skip", "zero" or "key0");
+    ``per_window`` averages each window first; ``skip_own`` leaves out the queries on a word's
+    first letter; ``space_only`` takes the space for the only separator.
     """
     window_means = []
     total, count = weights.new_zeros(weights.shape[0], weights.shape[2]), 0  # (L, H)
     for b, row in enumerate(_WINDOWS):
         row_total, row_count = torch.zeros_like(total), 0  # (L, H)
         for t in range(len(row)):
-            s = _word_start(row, t, first=first, strict=strict)
-            if from_space:  # key p, the latest space p <= t: word start p + 1 of query t + 1
+            s = _word_start(row, t, first=first, strict=strict, space_only=space_only)
+            if from_space:  # key p, the latest separator p <= t: the start of query t + 1
                 s, offset = _word_start(row, t + 1), -1
             if (s < 0 and skipped == "skip") or (skip_own and s == t):
                 continue
@@ -155,17 +167,17 @@ def _start_of_word_mean(
 _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
     (
         {"offset": -1},
-        "that is the weight on the space itself; the word's first letter is the key just "
-        "after it (the s with windows[b, s - 1] == space)",
+        "that is the weight on the separator itself; the word's first letter is the key "
+        "just after it (the s with windows[b, s - 1] in separator_ids)",
     ),
     (
         {"from_space": True},
-        "that reads the space itself, from the space on; the word's first letter is the key "
-        "just after the space, and a query on the space still belongs to the previous word",
+        "that reads the separator itself, from the separator on; the word's first letter is "
+        "the key just after it, and a query on a separator still belongs to the previous word",
     ),
     (
         {"first": True},
-        "that uses the first space of the window; take the most recent space before the query",
+        "that uses the first separator of the window; take the most recent one before the query",
     ),
     (
         {"strict": True},
@@ -178,13 +190,19 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
         "s = t count (1 <= s <= t)",
     ),
     (
+        {"space_only": True},
+        "that counts only the space; a line break ends a word too: the word starts after any "
+        "of separator_ids",
+    ),
+    (
         {"skipped": "zero"},
-        "queries with no space before them have no word start: leave them out of the "
+        "queries with no separator before them have no word start: leave them out of the "
         "average instead of counting them as 0",
     ),
     (
         {"skipped": "key0"},
-        "queries with no space before them have no word start: skip them rather than reading key 0",
+        "queries with no separator before them have no word start: skip them rather than "
+        "reading key 0",
     ),
     (
         {"per_window": True},
@@ -195,11 +213,11 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
 
 
 @_checker
-def check_start_of_word_weight(fn: Callable[[Tensor, Tensor, int], Tensor]) -> None:
-    """``fn(weights (L, B, H, T, T), windows (B, T), space_id)`` -> (L, H) mean weights.
+def check_start_of_word_weight(fn: Callable[[Tensor, Tensor, list[int]], Tensor]) -> None:
+    """``fn(weights (L, B, H, T, T), windows (B, T), separator_ids)`` -> (L, H) mean weights.
 
-    The mean, over every window b and query t with a space before it, of the weight on key s,
-    the largest s with 1 <= s <= t and ``windows[b, s - 1] == space_id``.
+    The mean, over every window b and query t with a separator before it, of the weight on
+    key s, the largest s with 1 <= s <= t and ``windows[b, s - 1]`` in ``separator_ids``.
     """
     windows = torch.tensor(_WINDOWS)  # (B, T)
     n_batch, n_tokens = windows.shape
@@ -207,8 +225,12 @@ def check_start_of_word_weight(fn: Callable[[Tensor, Tensor, int], Tensor]) -> N
     # (L, B, H, T, T): causal attention weights of 2 layers of 3 heads
     weights = scores.masked_fill(~causal_mask(n_tokens), float("-inf")).softmax(dim=-1)
     expected = _start_of_word_mean(weights)  # (L, H)
-    call = "start_of_word_weight(weights (2, 3, 3, 10, 10), windows (3, 10), space_id=4)"
-    result = _as_tensor(_call(fn, call, weights.clone(), windows.clone(), _SPACE), call, "(L, H)")
+    call = (
+        "start_of_word_weight(weights (2, 3, 3, 10, 10), windows (3, 10), "
+        f"separator_ids={_SEPARATORS})"
+    )
+    arguments = (weights.clone(), windows.clone(), list(_SEPARATORS))
+    result = _as_tensor(_call(fn, call, *arguments), call, "(L, H)")
     if tuple(result.shape) != (2, 3):
         _fail(f"{call} should return shape (L, H) = (2, 3), got {tuple(result.shape)}")
     if _close(result, expected, atol=1e-6):
