@@ -96,6 +96,38 @@ def test_the_offset_profile_refuses_what_it_cannot_average():
         analysis.offset_profile(weights[0], 2)
 
 
+def test_the_positional_baseline_scores_each_window_under_the_others_weights():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(2, 3, 4, 9, 9, generator=generator, dtype=torch.float64)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (L, B, H, T, T)
+    keys = torch.rand(3, 9, generator=generator) < 0.4  # (B, T)
+    found = analysis.positional_baseline(weights, keys)  # (L, H)
+    assert found.shape == (2, 4)
+    # an independent loop: window b, query i under the mean of the other windows' weights
+    values = []
+    for b in range(3):
+        others = torch.stack([weights[:, c] for c in range(3) if c != b]).mean(0)
+        for i in range(1, 9):
+            values.append(others[:, :, i][..., keys[b]].sum(-1))  # (L, H)
+    torch.testing.assert_close(found, torch.stack(values).mean(0))
+    # weights that read positions only are their own baseline
+    same = weights[:, :1].expand(-1, 3, -1, -1, -1)  # (L, B, H, T, T)
+    share = (same * keys[None, :, None, None, :]).sum(-1)[..., 1:].mean(dim=(1, 3))
+    torch.testing.assert_close(analysis.positional_baseline(same, keys), share)
+
+
+def test_the_positional_baseline_refuses_one_window_and_bad_keys():
+    weights = one_hot_weights([0, 0, 1, 2])  # (1, 1, 1, 4, 4)
+    with raises("weights: expected causal self-attention weights (L, B, H, T, T) with T = S"):
+        analysis.positional_baseline(weights, torch.ones(1, 4, dtype=torch.bool))
+    two = weights.expand(-1, 2, -1, -1, -1)  # (1, 2, 1, 4, 4)
+    with raises("keys: expected a bool mask (B, T) = (2, 4), got dtype torch.int64"):
+        analysis.positional_baseline(two, torch.ones(2, 4, dtype=torch.long))
+    with raises("keys: expected a bool mask (B, T) = (2, 4), got dtype torch.bool and shape"):
+        analysis.positional_baseline(two, torch.ones(2, 3, dtype=torch.bool))
+
+
 @pytest.fixture(scope="module")
 def model_and_batch():
     torch.manual_seed(0)

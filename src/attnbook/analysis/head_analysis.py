@@ -123,6 +123,38 @@ def head_statistics(weights: Tensor, tokens: Tensor, characters: list[str]) -> d
     }
 
 
+def positional_baseline(weights: Tensor, keys: Tensor) -> Tensor:
+    """(L, H): the share of each head on the marked keys if its weights read positions only.
+
+    weights (L, B, H, T, T) from ``attention_weights``, causal, with B >= 2 windows; keys
+    (B, T) bool marks the keys of one kind (capitals, say). Window b is scored under the head's
+    weights averaged over the *other* windows, which know where window b's queries and keys sit
+    but not what its characters are: the share a head that looks by position alone (near, far,
+    on duty at some positions) would give the kind. Averaged over windows and queries 1 .. T - 1,
+    as the shares of :func:`head_statistics`; a head whose weights are the same in every window
+    gets exactly its own share.
+    """
+    check_tensor("weights", weights, "(L, B, H, T, T)", rank=5)
+    batch, length = weights.size(1), weights.size(-1)
+    if weights.size(-2) != length or batch < 2 or length < 2:
+        raise ValueError(
+            f"weights: expected causal self-attention weights (L, B, H, T, T) with T = S >= 2 "
+            f"and B >= 2 windows, got weights.shape = {shape_of(weights)}"
+        )
+    check_tensor("keys", keys, "(B, T)", rank=2)
+    if keys.dtype != torch.bool or keys.shape != (batch, length):
+        raise ValueError(
+            f"keys: expected a bool mask (B, T) = ({batch}, {length}), got dtype {keys.dtype} "
+            f"and shape {shape_of(keys)}"
+        )
+    # (L, B, H, T, T): each window's weights replaced by the mean of the other windows'
+    others = (weights.sum(dim=1, keepdim=True) - weights) / (batch - 1)
+    on_keys = (others * keys[None, :, None, None, :].to(weights.dtype)).sum(-1)  # (L, B, H, T)
+    after_zero = torch.ones_like(keys)
+    after_zero[:, 0] = False
+    return _mean_over_queries(on_keys, after_zero)  # (L, H)
+
+
 def offset_profile(weights: Tensor, max_offset: int) -> Tensor:
     """(L, H, max_offset + 1): each head's mean weight on key i - k, for k = 0 .. max_offset.
 

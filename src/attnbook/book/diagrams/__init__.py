@@ -11,6 +11,7 @@ from attnbook.book.diagrams.circuits import induction_circuit
 from attnbook.book.diagrams.dataflow import attention_shapes, self_attention_dataflow
 from attnbook.book.diagrams.groups import query_groups
 from attnbook.book.diagrams.head_gates import head_gates
+from attnbook.book.diagrams.head_turns import head_turns
 from attnbook.book.diagrams.heads import head_split, multi_head_overview
 from attnbook.book.diagrams.kernel_grid import kernel_programs
 from attnbook.book.diagrams.kernel_memory import kernel_memory
@@ -64,4 +65,5 @@ __all__ = [
     "tiny_gpt_variants",  # chapter 12
     "query_groups",  # chapter 6
     "head_gates",  # chapter 13
+    "head_turns",  # chapter 13
 ]
