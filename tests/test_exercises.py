@@ -56,6 +56,7 @@ from attnbook import (
     induction_score,
     previous_token_score,
 )
+from attnbook.analysis.word_start import word_start_weight as library_word_start_weight
 from attnbook.exercises import ExerciseError, ch14
 from attnbook.kernels import runtime
 from attnbook.models.periodic import periodic_batch
@@ -317,7 +318,8 @@ def word_start_weight(weights, windows, space, *, shift=0, first=False, late=Fal
     """ch12 exercise 3 with one mistake: the key before the word start (shift=-1), the first
     separator (first), separators up to t - 2 only (late), queries with no separator counted
     as 0 or as key 0 (missing="zero"/"key0"), each window averaged first (per_window), the
-    queries on a word's first letter left out (skip_own), or the space alone (space_only)."""
+    queries on a word's first letter left out (skip_own), the queries on a separator left out
+    (skip_separators), or the space alone (space_only)."""
     if how.get("space_only"):
         space = space[:1]
     means, total, count = [], 0, 0
@@ -327,7 +329,8 @@ def word_start_weight(weights, windows, space, *, shift=0, first=False, late=Fal
             after_space = t > 0 and row[t - 1] in space
             if after_space and not late and not (first and start is not None):
                 start = t
-            if start == t and how.get("skip_own"):
+            left_out = start is not None and how.get("skip_separators") and row[t] in space
+            if (start == t and how.get("skip_own")) or left_out:
                 pass
             elif start is not None:
                 row_total, row_count = row_total + weights[:, b, :, t, start + shift], row_count + 1
@@ -671,6 +674,14 @@ WRONG_ANSWERS = {
         (lambda *a: word_start_weight(*a, space_only=True), "a line break ends a word too"),
         (lambda *a: word_start_weight(*a, late=True), "let s = t count"),
         (lambda *a: word_start_weight(*a, skip_own=True), "keep it, and let s = t count"),
+        (
+            lambda *a: library_word_start_weight(*a, skip_letters=2),
+            "leaves out the queries on a word's first two letters",
+        ),
+        (
+            lambda *a: word_start_weight(*a, skip_separators=True),
+            "a query on the space or line break that ends a word still belongs",
+        ),
         (lambda *a: word_start_weight(*a, missing="zero"), "instead of counting them as 0"),
         (lambda *a: word_start_weight(*a, missing="key0"), "rather than reading key 0"),
         (lambda *a: word_start_weight(*a, per_window=True), "not per window"),

@@ -133,7 +133,8 @@ def _start_of_word_mean(
     skipped: str = "skip",
     per_window: bool = False,
     from_space: bool = False,
-    skip_own: bool = False,
+    skip_letters: int = 0,
+    skip_separators: bool = False,
     space_only: bool = False,
 ) -> Tensor:
     """(L, H): the mean weight on the word start over (b, t), or one of the named mistakes.
@@ -141,8 +142,9 @@ def _start_of_word_mean(
     ``offset=-1`` reads the separator itself; ``from_space`` reads the latest separator at or
     before the query, from the separator on (its own query included); ``skipped`` is what
     queries with no separator before them contribute ("skip", "zero" or "key0");
-    ``per_window`` averages each window first; ``skip_own`` leaves out the queries on a word's
-    first letter; ``space_only`` takes the space for the only separator.
+    ``per_window`` averages each window first; ``skip_letters`` leaves out the queries on a
+    word's first ``skip_letters`` letters (``t - s < skip_letters``); ``skip_separators`` leaves
+    out the queries on a separator; ``space_only`` takes the space for the only separator.
     """
     window_means = []
     total, count = weights.new_zeros(weights.shape[0], weights.shape[2]), 0  # (L, H)
@@ -152,7 +154,9 @@ def _start_of_word_mean(
             s = _word_start(row, t, first=first, strict=strict, space_only=space_only)
             if from_space:  # key p, the latest separator p <= t: the start of query t + 1
                 s, offset = _word_start(row, t + 1), -1
-            if (s < 0 and skipped == "skip") or (skip_own and s == t):
+            on_separator = skip_separators and row[t] in _SEPARATORS
+            left_out = s >= 0 and (0 <= t - s < skip_letters or on_separator)
+            if (s < 0 and skipped == "skip") or left_out:
                 continue
             if s < 0 and skipped == "zero":
                 row_count += 1
@@ -185,9 +189,20 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
         "(1 <= s <= t)",
     ),
     (
-        {"skip_own": True},
+        {"skip_letters": 1},
         "a query on its word's first letter reads itself as the word start: keep it, and let "
         "s = t count (1 <= s <= t)",
+    ),
+    (
+        {"skip_letters": 2},
+        "that leaves out the queries on a word's first two letters, as the section's measure "
+        "(word_start_weight with its default skip_letters=2) does; the exercise keeps every "
+        "query that has a word start",
+    ),
+    (
+        {"skip_separators": True},
+        "that leaves out the queries on a separator; a query on the space or line break that "
+        "ends a word still belongs to that word: keep it",
     ),
     (
         {"space_only": True},
