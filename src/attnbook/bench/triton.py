@@ -105,7 +105,7 @@ def format_row(
 ) -> str:
     """One table row: ``cells`` are (ms, MiB) per implementation, forward then with backward,
     in :data:`IMPLEMENTATIONS`' order; None where an implementation did not run ("-")."""
-    text = ["-" if cell is None else f"{cell[0]:.2f} ms / {cell[1]:.0f} MiB" for cell in cells]
+    text = ["-" if cell is None else f"{cell[0]:.3f} ms / {cell[1]:.0f} MiB" for cell in cells]
     return f"{dtype:8} d={head_dim:<3} T={length:<5} " + " | ".join(text)
 
 
