@@ -154,6 +154,25 @@ def test_ablation_is_the_loss_change_of_each_gate_set_to_zero(model_and_batch):
             assert increase[layer, head].item() == pytest.approx(expected.item(), abs=1e-12)
 
 
+def test_ablation_per_window_is_each_window_s_own_loss_change(model_and_batch):
+    model, inputs, targets = model_and_batch
+    each = analysis.ablation_increase(model, inputs, targets, per_window=True)  # (B, L, H)
+    assert each.shape == (len(inputs), 2, 2)
+    gates = torch.ones(2, 2, dtype=torch.float64)
+    gates[1, 0] = 0
+    for window in range(len(inputs)):
+        one = slice(window, window + 1)
+        expected = loss_with(model, inputs[one], targets[one], gates) - loss_with(
+            model, inputs[one], targets[one], torch.ones(2, 2, dtype=torch.float64)
+        )
+        assert each[window, 1, 0].item() == pytest.approx(expected.item(), abs=1e-12)
+    # windows of one length: the mean of the windows' increases is the pooled increase
+    pooled = analysis.ablation_increase(model, inputs, targets)  # (L, H)
+    torch.testing.assert_close(each.mean(dim=0), pooled, rtol=0, atol=1e-12)
+    with raises("per_window: expected True or False, got 1"):
+        analysis.ablation_increase(model, inputs, targets, per_window=1)
+
+
 def test_gradient_importance_is_the_mean_absolute_finite_difference(model_and_batch):
     model, inputs, targets = model_and_batch
     importance = analysis.gradient_importance(model, inputs, targets)  # (L, H)

@@ -397,6 +397,10 @@ class _LayerByLayer:
 
     def loss(self, gates: Tensor) -> float:
         """The mean next-token loss with head gates (L, H)."""
+        return self.window_losses(gates).mean().item()
+
+    def window_losses(self, gates: Tensor) -> Tensor:
+        """(B,): each window's mean next-token loss with head gates (L, H)."""
         n_layers = len(self.model.blocks)
         if self.last_gates is None:
             start = 0
@@ -410,22 +414,31 @@ class _LayerByLayer:
             self.layer_inputs.append(x)  # (B, T, D)
         self.last_gates = gates.clone()
         logits = self.model.lm_head(self.model.final_norm(x))  # (B, T, V)
-        return F.cross_entropy(logits.flatten(0, 1), self.targets).item()
+        losses = F.cross_entropy(logits.flatten(0, 1), self.targets, reduction="none")
+        return losses.view(x.shape[:2]).mean(dim=1)  # (B,)
 
 
 @torch.no_grad()
-def ablation_increase(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
-    """(L, H): the loss with one head removed (its gate 0) minus the loss with every head."""
+def ablation_increase(
+    model: nn.Module, inputs: Tensor, targets: Tensor, *, per_window: bool = False
+) -> Tensor:
+    """(L, H): the loss with one head removed (its gate 0) minus the loss with every head.
+
+    ``per_window=True`` returns the increase of each window's mean loss instead, (B, L, H):
+    their mean over the windows is the (L, H) result, their spread says how firm it is.
+    """
     _check_windows(model, inputs, targets)
+    if not isinstance(per_window, bool):
+        raise ValueError(f"per_window: expected True or False, got {per_window!r}")
     gates = _gates(model)  # (L, H)
     layers = _LayerByLayer(model, inputs, targets)
-    base = layers.loss(gates)
-    increase = torch.zeros_like(gates)
+    base = layers.window_losses(gates)  # (B,)
+    increase = torch.zeros(len(inputs), *gates.shape, dtype=gates.dtype)  # (B, L, H)
     for layer, head in torch.cartesian_prod(*(torch.arange(n) for n in gates.shape)).tolist():
         gates[layer, head] = 0.0
-        increase[layer, head] = layers.loss(gates) - base
+        increase[:, layer, head] = layers.window_losses(gates) - base  # (B,)
         gates[layer, head] = 1.0
-    return increase
+    return increase if per_window else increase.mean(dim=0)  # (B, L, H) or (L, H)
 
 
 def gate_gradients(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
