@@ -319,14 +319,14 @@ def word_start_weight(weights, windows, space, *, shift=0, first=False, late=Fal
     separator (first), separators up to t - 2 only (late), queries with no separator counted
     as 0 or as key 0 (missing="zero"/"key0"), each window averaged first (per_window), the
     queries on a word's first letter left out (skip_own), the queries on a separator left out
-    (skip_separators), or the space alone (space_only)."""
+    (skip_separators), the space alone (space_only), or row[-1] read at t = 0 (wrap)."""
     if how.get("space_only"):
         space = space[:1]
     means, total, count = [], 0, 0
     for b, row in enumerate(windows.tolist()):
         row_total, row_count, start = 0, 0, None
         for t in range(len(row)):
-            after_space = t > 0 and row[t - 1] in space
+            after_space = (t > 0 or how.get("wrap")) and row[t - 1] in space
             if after_space and not late and not (first and start is not None):
                 start = t
             left_out = start is not None and how.get("skip_separators") and row[t] in space
@@ -343,6 +343,15 @@ def word_start_weight(weights, windows, space, *, shift=0, first=False, late=Fal
         means.append(row_total / row_count)
         total, count = total + row_total, count + row_count
     return torch.stack(means).mean(0) if how.get("per_window") else total / count
+
+
+def start_of_word_rolled(weights, windows, space):  # ch12: torch.roll wraps t = 0 around
+    previous = torch.roll(windows, 1, dims=1)  # (B, T): windows[b, t - 1], and T - 1 at t = 0
+    after = torch.isin(previous, torch.tensor(space))  # (B, T): s follows a separator
+    positions = torch.arange(windows.size(1)).expand_as(windows)  # (B, T)
+    start = torch.where(after, positions, -1).cummax(dim=1).values  # (B, T): latest s <= t
+    b, t = torch.nonzero(start >= 0, as_tuple=True)
+    return weights[:, b, :, t, start[b, t]].mean(dim=0)  # (N, L, H) -> (L, H)
 
 
 def space_onward(weights, windows, space):  # ch12: reads the space itself, from the space on
@@ -682,6 +691,8 @@ WRONG_ANSWERS = {
             lambda *a: word_start_weight(*a, skip_separators=True),
             "a query on the space or line break that ends a word still belongs",
         ),
+        (lambda *a: word_start_weight(*a, wrap=True), "t = 0 has no previous character"),
+        (lambda *a: start_of_word_rolled(*a), "t = 0 has no previous character"),
         (lambda *a: word_start_weight(*a, missing="zero"), "instead of counting them as 0"),
         (lambda *a: word_start_weight(*a, missing="key0"), "rather than reading key 0"),
         (lambda *a: word_start_weight(*a, per_window=True), "not per window"),

@@ -95,9 +95,9 @@ def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
 
 _SEPARATORS = [4, 0]  # the ids of the space and the line break in the checker's windows
 _WINDOWS = [  # (B, T): spaces at 4, 7, 8 / a space at 0, a line break at 4 / a space at 7
-    [1, 2, 3, 1, 4, 2, 3, 4, 4, 1],
-    [4, 1, 2, 3, 0, 1, 2, 3, 1, 2],
-    [1, 1, 1, 1, 1, 1, 1, 4, 2, 3],
+    [1, 2, 3, 1, 4, 2, 3, 4, 4, 1],  # and a line break at 9, so that reading row[t - 1] at
+    [4, 1, 2, 3, 0, 1, 2, 3, 1, 2],  # t = 0 (Python's row[-1], or torch.roll) makes s = 0
+    [1, 1, 1, 1, 1, 1, 1, 4, 2, 0],  # a word start in the last window
 ]
 
 
@@ -108,17 +108,18 @@ def _word_start(
     first: bool = False,
     strict: bool = False,
     space_only: bool = False,
+    wrap: bool = False,
 ) -> int:
     """The key s the exercise asks for at query t: the largest s, 1 <= s <= t, after a
     separator.
 
     -1 when there is none. ``first`` takes the smallest such s, ``strict`` leaves s = t out,
-    ``space_only`` counts the first separator (the space) alone (three mistakes the hints
-    name).
+    ``space_only`` counts the first separator (the space) alone, ``wrap`` lets s = 0 count
+    when the window's last token is a separator (four mistakes the hints name).
     """
     last = t - 1 if strict else t
     separators = _SEPARATORS[:1] if space_only else _SEPARATORS
-    starts = [s for s in range(1, last + 1) if row[s - 1] in separators]
+    starts = [s for s in range(0 if wrap else 1, last + 1) if row[s - 1] in separators]
     if not starts:
         return -1
     return starts[0] if first else starts[-1]
@@ -136,6 +137,7 @@ def _start_of_word_mean(
     skip_letters: int = 0,
     skip_separators: bool = False,
     space_only: bool = False,
+    wrap: bool = False,
 ) -> Tensor:
     """(L, H): the mean weight on the word start over (b, t), or one of the named mistakes.
 
@@ -144,14 +146,15 @@ def _start_of_word_mean(
     queries with no separator before them contribute ("skip", "zero" or "key0");
     ``per_window`` averages each window first; ``skip_letters`` leaves out the queries on a
     word's first ``skip_letters`` letters (``t - s < skip_letters``); ``skip_separators`` leaves
-    out the queries on a separator; ``space_only`` takes the space for the only separator.
+    out the queries on a separator; ``space_only`` takes the space for the only separator;
+    ``wrap`` reads the window's last token as the one before t = 0.
     """
     window_means = []
     total, count = weights.new_zeros(weights.shape[0], weights.shape[2]), 0  # (L, H)
     for b, row in enumerate(_WINDOWS):
         row_total, row_count = torch.zeros_like(total), 0  # (L, H)
         for t in range(len(row)):
-            s = _word_start(row, t, first=first, strict=strict, space_only=space_only)
+            s = _word_start(row, t, first=first, strict=strict, space_only=space_only, wrap=wrap)
             if from_space:  # key p, the latest separator p <= t: the start of query t + 1
                 s, offset = _word_start(row, t + 1), -1
             on_separator = skip_separators and row[t] in _SEPARATORS
@@ -208,6 +211,12 @@ _START_MISTAKES = [  # (keywords of _start_of_word_mean, the hint)
         {"space_only": True},
         "that counts only the space; a line break ends a word too: the word starts after any "
         "of separator_ids",
+    ),
+    (
+        {"wrap": True},
+        "t = 0 has no previous character: row[t - 1] at t = 0 (or torch.roll) wraps around to "
+        "the window's last token, and a separator there makes key 0 a word start; s starts "
+        "at 1",
     ),
     (
         {"skipped": "zero"},
