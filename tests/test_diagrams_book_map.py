@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _script():
     spec = importlib.util.spec_from_file_location(
-        "make_book_map", ROOT / "scripts/make_book_map.py"
+        "make_intro_figures", ROOT / "scripts/make_intro_figures.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -43,7 +43,7 @@ def test_the_map_lists_the_table_of_contents():
 
 def test_the_committed_picture_is_current():
     committed = (ROOT / "book/_static/book_map.png").read_bytes()
-    assert committed == _script().render(), "run: python scripts/make_book_map.py"
+    assert committed == _script().render(book_map), "run: python scripts/make_intro_figures.py"
 
 
 def test_the_map_draws_every_chapter():

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _script():
     spec = importlib.util.spec_from_file_location(
-        "make_book_preview", ROOT / "scripts/make_book_preview.py"
+        "make_intro_figures", ROOT / "scripts/make_intro_figures.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -31,10 +31,12 @@ def _script():
 
 def test_the_committed_picture_is_current():
     committed = imread(ROOT / "book/_static/book_preview.png")
-    rendered = imread(BytesIO(_script().render()))
-    assert committed.shape == rendered.shape, "run: python scripts/make_book_preview.py"
+    rendered = imread(BytesIO(_script().render(book_preview)))
+    assert committed.shape == rendered.shape, "run: python scripts/make_intro_figures.py"
     # one step of the colour scale: a weight's last float digit may tip a cell into the next
-    assert np.abs(committed - rendered).max() <= 4 / 255, "run: python scripts/make_book_preview.py"
+    assert np.abs(committed - rendered).max() <= 4 / 255, (
+        "run: python scripts/make_intro_figures.py"
+    )
 
 
 def test_the_picture_is_small():
