@@ -479,6 +479,8 @@ def pruning_curve(
     compared window by window; its mean over windows is the default curve.
     """
     _check_windows(model, inputs, targets)
+    if not isinstance(per_window, bool):
+        raise ValueError(f"per_window: expected True or False, got {per_window!r}")
     gates = _gates(model)  # (L, H)
     _check_order(order, *gates.shape)
     layers = _LayerByLayer(model, inputs, targets)
