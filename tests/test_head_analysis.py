@@ -233,6 +233,17 @@ def test_pruning_and_ablation_reuse_layers_without_changing_a_loss():
         gates[layer, head] = 0
         expected.append(loss_with(model, inputs, targets, gates).item())
     assert curve == pytest.approx(expected, abs=1e-12)
+    each = analysis.pruning_curve(model, inputs, targets, order, per_window=True)
+    assert each.shape == (len(order) + 1, 2)  # (steps, B): one loss per window
+    torch.testing.assert_close(each.mean(dim=1).tolist(), curve, rtol=0, atol=1e-12)
+    gates = torch.ones(3, 2, dtype=torch.float64)
+    gates[order[0]] = 0
+    first = F.cross_entropy(
+        model(inputs, head_mask=gates).transpose(1, 2), targets, reduction="none"
+    )
+    torch.testing.assert_close(each[1], first.mean(dim=1), rtol=0, atol=1e-12)
+    with raises("per_window: expected True or False, got 'yes'"):
+        analysis.pruning_curve(model, inputs, targets, order, per_window="yes")
     increase = analysis.ablation_increase(model, inputs, targets)  # (L, H)
     for layer, head in order:
         gates = torch.ones(3, 2, dtype=torch.float64)

@@ -395,10 +395,6 @@ class _LayerByLayer:
         self.layer_inputs = [x]  # [l]: what layer l read under the last gates; [L]: the output
         self.last_gates: Tensor | None = None  # (L, H)
 
-    def loss(self, gates: Tensor) -> float:
-        """The mean next-token loss with head gates (L, H)."""
-        return self.window_losses(gates).mean().item()
-
     def window_losses(self, gates: Tensor) -> Tensor:
         """(B,): each window's mean next-token loss with head gates (L, H)."""
         n_layers = len(self.model.blocks)
@@ -468,22 +464,33 @@ def gradient_importance(model: nn.Module, inputs: Tensor, targets: Tensor) -> Te
 
 @torch.no_grad()
 def pruning_curve(
-    model: nn.Module, inputs: Tensor, targets: Tensor, order: list[tuple[int, int]]
-) -> list[float]:
+    model: nn.Module,
+    inputs: Tensor,
+    targets: Tensor,
+    order: list[tuple[int, int]],
+    *,
+    per_window: bool = False,
+) -> list[float] | Tensor:
     """Losses after removing the heads of ``order`` one by one: [every head, -1 head, ...].
 
     ``order`` lists distinct (layer, head) pairs, 0 <= layer < L and 0 <= head < H (no
-    counting from the end), as :func:`order_by` gives them.
+    counting from the end), as :func:`order_by` gives them. ``per_window=True`` returns each
+    window's mean loss instead, a tensor (len(order) + 1, B), so that two orders can be
+    compared window by window; its mean over windows is the default curve.
     """
     _check_windows(model, inputs, targets)
+    if not isinstance(per_window, bool):
+        raise ValueError(f"per_window: expected True or False, got {per_window!r}")
     gates = _gates(model)  # (L, H)
     _check_order(order, *gates.shape)
     layers = _LayerByLayer(model, inputs, targets)
-    losses = [layers.loss(gates)]
+    losses = [layers.window_losses(gates)]  # [(B,)]
     for layer, head in order:
         gates[layer, head] = 0.0
-        losses.append(layers.loss(gates))  # the layers below `layer` are not recomputed
-    return losses
+        losses.append(layers.window_losses(gates))  # the layers below `layer` are kept
+    if per_window:
+        return torch.stack(losses)  # (len(order) + 1, B)
+    return [window.mean().item() for window in losses]
 
 
 def _check_order(order: object, n_layers: int, n_heads: int) -> None:
