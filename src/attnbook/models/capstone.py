@@ -231,3 +231,47 @@ def load_seed_histories() -> dict[str, dict[int, TrainingHistory]]:
             }
             for name in manifest["variants"]
         }
+
+
+MLA_RESCALED = "mla_rescaled.json"
+RETRAIN_RESCALED = "python scripts/train_mla_rescaled.py"
+RESCALED_WEIGHTS = ("k_up", "v_up")  # MLA's up-projections, scaled at initialisation
+
+
+def mla_rescaled_config(vocab_size: int, factor: float) -> dict:
+    """``seeds_config`` with MLA's ``k_up`` and ``v_up`` weights times ``factor`` at init."""
+    return dict(
+        seeds_config(vocab_size),
+        rescaled={"variant": "MLA", "weights": list(RESCALED_WEIGHTS), "factor": factor},
+    )
+
+
+def load_mla_rescaled() -> dict:
+    """MLA's runs with ``k_up`` and ``v_up`` scaled at initialisation, from ``mla_rescaled.json``.
+
+    Returns ``{"factor": f, "histories": {seed: TrainingHistory}, "control_difference": d}``,
+    ``d`` the control run's (factor 1.0, seed 0) largest difference from the shipped MLA
+    history. The file's config must be this module's with the factor it records. Raises as
+    :func:`load_capstone_models` does, naming ``scripts/train_mla_rescaled.py``.
+    """
+    manifest = read_manifest(
+        MLA_RESCALED, read_shipped(MLA_RESCALED, RETRAIN_RESCALED), RETRAIN_RESCALED
+    )
+    with manifest_fields(MLA_RESCALED, RETRAIN_RESCALED):
+        recorded = manifest["config"]
+        factor = recorded["rescaled"]["factor"]
+        expected = mla_rescaled_config(recorded["model"]["vocab_size"], factor)
+        check_config(
+            MLA_RESCALED, recorded, expected, "attnbook.models.capstone's", RETRAIN_RESCALED
+        )
+        histories = {
+            int(seed): TrainingHistory(
+                run["steps"], run["validation_losses"], run["final_training_loss"]
+            )
+            for seed, run in manifest["histories"].items()
+        }
+        return {
+            "factor": factor,
+            "histories": histories,
+            "control_difference": manifest["control"]["largest_difference_from_shipped_mla"],
+        }
