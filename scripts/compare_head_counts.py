@@ -18,7 +18,6 @@ thread (the default) the twelve runs took 332 seconds on a shared 2-core machine
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from attnbook import (
     train_language_model,
     train_validation_split,
 )
+from attnbook.models.shipped import write_run_record
 
 OUTPUT = Path(__file__).resolve().parent.parent / "data" / "head_count_comparison.json"
 HEAD_COUNTS = (1, 2, 4, 8)
@@ -98,13 +98,8 @@ def main() -> None:
         "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
         "parameters": parameters,
         "validation_loss": losses,
-        "torch_version": torch.__version__,
-        "threads": args.threads,
-        "training_seconds": round(seconds, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output} in {seconds:.0f} s")
+    write_run_record(args.output, result, threads=args.threads, seconds=seconds)
 
 
 if __name__ == "__main__":

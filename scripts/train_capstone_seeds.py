@@ -15,7 +15,6 @@ thread, in separate processes (the same losses: every run is single-threaded and
 """
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -30,6 +29,7 @@ from attnbook.models.capstone import (
     seeds_config,
     train_capstone_model,
 )
+from attnbook.models.shipped import write_run_record
 
 OUTPUT = Path(__file__).resolve().parent.parent / "data" / SEED_HISTORIES
 VARIANTS = ("GQA", "MQA", "MLA")
@@ -85,13 +85,8 @@ def main() -> None:
         "seed_fixes": "the initial weights (torch.manual_seed) and the batch order",
         "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
         "histories": histories,
-        "torch_version": torch.__version__,
-        "threads": 1,
-        "training_seconds": round(seconds, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output} in {seconds:.0f} s")
+    write_run_record(args.output, result, threads=1, seconds=seconds)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ same float. It writes the histories, not weights, to ``data/mla_rescaled.json``.
 """
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -38,6 +37,7 @@ from attnbook.models.capstone import (
     load_capstone_models,
     mla_rescaled_config,
 )
+from attnbook.models.shipped import write_run_record
 
 OUTPUT = Path(__file__).resolve().parent.parent / "data" / MLA_RESCALED
 SEEDS = (0, 1, 2)
@@ -113,13 +113,8 @@ def main() -> None:
             "largest_difference_from_shipped_mla": largest_difference,
             "same_final_loss_as_shipped_mla": same_final,
         },
-        "torch_version": torch.__version__,
-        "threads": 1,
-        "training_seconds": round(seconds, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output} in {seconds:.0f} s")
+    write_run_record(args.output, result, threads=1, seconds=seconds)
 
 
 if __name__ == "__main__":

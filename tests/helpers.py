@@ -1,7 +1,9 @@
 """Shared test helpers: devices, per-dtype tolerances, float64 references, seeded inputs."""
 
+import importlib.util
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,3 +137,14 @@ def figure_texts(figure) -> list[str]:
     found = [t.get_text() for ax in figure.axes for t in ax.texts]
     plt.close(figure)
     return found
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name):
+    """The module ``scripts/<name>.py``, imported from its path (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,22 +1,13 @@
 """Chapters a platform cannot run keep their committed outputs, in `make book` and `make test`."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 from attnbook.kernels import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_executor():
-    spec = importlib.util.spec_from_file_location(
-        "execute_notebooks", ROOT / "scripts" / "execute_notebooks.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("wheel", [True, False])
@@ -40,6 +31,6 @@ def test_the_executor_leaves_a_chapter_it_cannot_run_as_it_is(monkeypatch, tmp_p
     chapter = tmp_path / "16_flash_kernel.ipynb"
     committed = (ROOT / "book" / "16_flash_kernel.ipynb").read_bytes()
     chapter.write_bytes(committed)
-    load_executor().main([str(chapter)])
+    load_script("execute_notebooks").main([str(chapter)])
     assert chapter.read_bytes() == committed
     assert "kept its committed outputs: it needs triton" in capsys.readouterr().out

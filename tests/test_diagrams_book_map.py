@@ -1,12 +1,12 @@
 """The introduction's map of the book: it lists _toc.yml's parts and chapters, and the committed
 picture is the script's current output."""
 
-import importlib.util
 from pathlib import Path
 
 import matplotlib
 import pytest
 import yaml
+from helpers import load_script
 from matplotlib import pyplot as plt
 
 from attnbook.book.diagrams import book_map
@@ -19,15 +19,6 @@ from attnbook.book.diagrams.book_map import (
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "make_intro_figures", ROOT / "scripts/make_intro_figures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_map_lists_the_table_of_contents():
@@ -43,7 +34,9 @@ def test_the_map_lists_the_table_of_contents():
 
 def test_the_committed_picture_is_current():
     committed = (ROOT / "book/_static/book_map.png").read_bytes()
-    assert committed == _script().render(book_map), "run: python scripts/make_intro_figures.py"
+    assert committed == load_script("make_intro_figures").render(book_map), (
+        "run: python scripts/make_intro_figures.py"
+    )
 
 
 def test_the_map_draws_every_chapter():

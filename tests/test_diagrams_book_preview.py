@@ -1,7 +1,6 @@
 """The introduction's preview: a trained head's weights on real text, the strip of the book's
 parts, and the committed picture, which is the script's output."""
 
-import importlib.util
 from io import BytesIO
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import load_script
 from matplotlib import pyplot as plt
 from matplotlib.image import imread
 
@@ -20,18 +20,9 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "make_intro_figures", ROOT / "scripts/make_intro_figures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_committed_picture_is_current():
     committed = imread(ROOT / "book/_static/book_preview.png")
-    rendered = imread(BytesIO(_script().render(book_preview)))
+    rendered = imread(BytesIO(load_script("make_intro_figures").render(book_preview)))
     assert committed.shape == rendered.shape, "run: python scripts/make_intro_figures.py"
     # one step of the colour scale: a weight's last float digit may tip a cell into the next
     assert np.abs(committed - rendered).max() <= 4 / 255, (

@@ -7,6 +7,7 @@ both loaders now say which file is wrong and what regenerates it (attnbook.model
 import json
 
 import pytest
+import torch
 
 from attnbook.analysis import circuits
 from attnbook.analysis.circuits import load_circuit_models
@@ -23,6 +24,7 @@ from attnbook.models.gated_models import load_gated_models
 from attnbook.models.position_models import load_position_models
 from attnbook.models.recall import load_recall_models
 from attnbook.models.reference_model import load_reference_model
+from attnbook.models.shipped import write_run_record
 from attnbook.models.sparse_models import load_sparse_models
 
 LOADERS = {  # module, loader, manifest fields to remove: top level and nested
@@ -141,3 +143,16 @@ def test_a_field_of_the_wrong_type_names_the_file_and_the_script(monkeypatch, wh
     damaged(module, monkeypatch, field_as_number)
     with pytest.raises(ValueError, match=expected_message(module, ": a field of the manifest has")):
         load()
+
+
+def test_a_run_record_keeps_its_fields_then_adds_the_torch_version_threads_and_time(
+    tmp_path, capsys
+):
+    path = tmp_path / "runs" / "record.json"
+    write_run_record(path, {"made_by": "python x.py", "seeds": [0, 1]}, threads=2, seconds=12.34)
+    record = json.loads(path.read_text())
+    assert list(record) == ["made_by", "seeds", "torch_version", "threads", "training_seconds"]
+    assert record["torch_version"] == torch.__version__
+    assert (record["threads"], record["training_seconds"]) == (2, 12.3)
+    assert path.read_text().endswith("}\n")
+    assert f"wrote {path} in 12 s" in capsys.readouterr().out

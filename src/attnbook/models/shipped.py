@@ -134,3 +134,17 @@ def write_shipped(
     (directory / weights_name).write_bytes(weights)
     (directory / manifest_name).write_text(json.dumps(manifest, indent=1) + "\n")
     return len(weights)
+
+
+def write_run_record(path: Path, record: dict, *, threads: int, seconds: float) -> None:
+    """Write a training script's record of its runs to ``path`` as JSON: ``record``, then the
+    torch version, the CPU threads and the seconds the runs took; and say where it went."""
+    full = {
+        **record,
+        "torch_version": torch.__version__,
+        "threads": threads,
+        "training_seconds": round(seconds, 1),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(full, indent=1) + "\n")
+    print(f"wrote {path} in {seconds:.0f} s")
