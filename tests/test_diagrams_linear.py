@@ -86,6 +86,9 @@ def test_gated_deltanet_layer_draws_the_six_steps_in_order():
     assert [b for b in blocks if b in path] == path
     assert blocks.index("RMS norm") < blocks.index("x SiLU(gate)") < blocks.index("output")
     assert "beta_t = sigmoid(W_b x)" in blocks and "alpha_t = exp(-e^A" in blocks
+    # beta, alpha and the output gate are all computed from x, and each says so
+    for first in ("beta_t = sigmoid(W_b x)", "alpha_t = exp(-e^A", "x SiLU(gate)"):
+        assert "from x" in next(text for text in shown if text.startswith(first)), first
     assert any("S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1}" in text for text in shown)
     assert "Gated DeltaNet: D = 32, H = 4 heads of d_head = 8" in shown
     assert any("d_head x d_head = 64 numbers" in text for text in shown)

@@ -209,8 +209,8 @@ def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: in
 
     Top row: x -> q, k, v projections -> causal convolution + SiLU -> L2 norm -> the gated delta
     rule, with the write strength beta and the decay alpha computed from x on the side. Bottom
-    row, right to left: RMS norm per head -> times SiLU of the gate (from x) -> output
-    projection.
+    row, right to left: RMS norm per head -> times SiLU of the gate -> output projection. The
+    three boxes computed from x (beta, alpha, the gate) each say "from x".
     """
     check_int("d_model", d_model)
     check_int("n_heads", n_heads)
@@ -246,18 +246,18 @@ def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: in
         5.9,
         3.2,
         1.1,
-        "beta_t = sigmoid(W_b x)\nwrite strength",
+        "beta_t = sigmoid(W_b x)\nwrite strength, from x",
         color=YELLOW,
         fontsize=8,
     )
-    alpha = "alpha_t = exp(-e^A\nsoftplus(W_a x + b))\ndecay"
+    alpha = "alpha_t = exp(-e^A\nsoftplus(W_a x + b))\ndecay, from x"
     box(ax, rule + 1.5, 5.9, 3.2, 1.1, alpha, color=YELLOW, fontsize=8)
     arrow(ax, (rule - 0.8, 5.9), (rule + 0.8, 5.0))
     arrow(ax, (rule + 3.1, 5.9), (rule + 3.1, 5.0))
     arrow(ax, (0.8, 5.0), (rule - 2.4, 6.45), "from x", curve=-0.15)
     bottom = [  # in the order the data flows, drawn right to left
         ("RMS norm\nper head,\nheads merged", GREEN, 2.4),
-        ("x SiLU(gate)\ngate = W_g x\n(T, D)", YELLOW, 2.4),
+        ("x SiLU(gate)\ngate = W_g x,\nfrom x; (T, D)", YELLOW, 2.4),
         ("output\nprojection\n-> (T, D)", LIGHT, 2.2),
     ]
     right = rule + 3.7
