@@ -18,6 +18,7 @@ import argparse
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -46,12 +47,7 @@ def train_one(name: str, seed: int, steps: int | None) -> dict:
     _, history = train_capstone_model(
         name, len(vocabulary), train_ids, validation_ids, steps=steps, seed=seed
     )
-    return {
-        "steps": history.steps,
-        "validation_losses": history.validation_losses,
-        "final_training_loss": history.final_training_loss,
-        "training_seconds": round(time.perf_counter() - start, 1),
-    }
+    return {**asdict(history), "training_seconds": round(time.perf_counter() - start, 1)}
 
 
 def main() -> None:

@@ -24,16 +24,17 @@ import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from attnbook import CharVocabulary, load_genesis, train_language_model, train_validation_split
+from attnbook import CharVocabulary, load_genesis, train_validation_split
 from attnbook.models.capstone import (
     MLA_RESCALED,
-    TRAINING,
     VALIDATION_FRACTION,
     build_capstone_model,
+    fit_capstone_model,
     load_capstone_models,
     mla_rescaled_config,
 )
@@ -54,18 +55,9 @@ def train_one(seed: int, factor: float, steps: int | None) -> dict:
         for block in model.blocks:
             block.attention.k_up.weight.mul_(factor)
             block.attention.v_up.weight.mul_(factor)
-    settings = dict(TRAINING, seed=seed)
-    if steps is not None:
-        settings["steps"] = steps
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    history = train_language_model(model, train_ids, validation_ids, **settings)
-    return {
-        "steps": history.steps,
-        "validation_losses": history.validation_losses,
-        "final_training_loss": history.final_training_loss,
-        "training_seconds": round(time.perf_counter() - start, 1),
-    }
+    history = fit_capstone_model(model, train_ids, validation_ids, steps=steps, seed=seed)
+    return {**asdict(history), "training_seconds": round(time.perf_counter() - start, 1)}
 
 
 def main() -> None:

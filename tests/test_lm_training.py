@@ -1,5 +1,6 @@
 """Training a tiny language model, and TinyDecoder's attention variants (MHA, GQA, MQA, MLA)."""
 
+import dataclasses
 import math
 import re
 
@@ -17,6 +18,7 @@ from attnbook import (
     next_token_loss,
     train_language_model,
 )
+from attnbook.models.lm_training import TrainingHistory
 
 VOCAB, D_MODEL, N_HEADS, MAX_LEN = 7, 16, 4, 24
 VARIANTS = [  # (variant, TinyDecoder keywords that make it)
@@ -126,3 +128,9 @@ def test_training_learns_a_periodic_sequence_and_is_reproducible(variant, keywor
     assert runs[0].validation_losses == runs[1].validation_losses
     assert runs[0].validation_losses[-1] < 0.3 * runs[0].validation_losses[0]
     assert math.isfinite(runs[0].final_training_loss)
+
+
+def test_a_history_reads_back_from_its_record_whatever_else_the_record_holds():
+    history = TrainingHistory([0, 25], [4.2, 3.1], 2.9)
+    record = {**dataclasses.asdict(history), "training_seconds": 12.3}
+    assert TrainingHistory.from_record(record) == history

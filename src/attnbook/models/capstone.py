@@ -124,16 +124,29 @@ def train_capstone_model(
     Returns the trained model (eval mode) and its validation history.
     """
     model = build_capstone_model(variant, vocab_size, seed=INIT_SEED if seed is None else seed)
+    return model, fit_capstone_model(model, train_ids, validation_ids, steps=steps, seed=seed)
+
+
+def fit_capstone_model(
+    model: TinyDecoder,
+    train_ids: Tensor,
+    validation_ids: Tensor,
+    *,
+    steps: int | None = None,
+    seed: int | None = None,
+) -> TrainingHistory:
+    """Train a built capstone ``model`` in place as :func:`train_capstone_model` does (its
+    ``TRAINING``, one CPU thread, ``steps`` and ``seed`` the same overrides); for a model
+    changed between building and training, such as MLA with rescaled up-projections."""
     settings = dict(TRAINING, steps=TRAINING["steps"] if steps is None else steps)
     if seed is not None:
         settings["seed"] = seed
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        history = train_language_model(model, train_ids, validation_ids, **settings)
+        return train_language_model(model, train_ids, validation_ids, **settings)
     finally:
         torch.set_num_threads(previous_threads)
-    return model, history
 
 
 def capstone_config(vocab_size: int) -> dict:
@@ -173,14 +186,7 @@ def load_capstone_models(device: torch.device | str | None = None) -> CapstoneMo
         _check_config(manifest)
         vocab_size = manifest["config"]["model"]["vocab_size"]
         recorded = {name: manifest["variants"][name] for name in VARIANTS}
-        histories = {
-            name: TrainingHistory(
-                recorded[name]["steps"],
-                recorded[name]["validation_losses"],
-                recorded[name]["final_training_loss"],
-            )
-            for name in VARIANTS
-        }
+        histories = {name: TrainingHistory.from_record(recorded[name]) for name in VARIANTS}
     states = read_state_dict(weights)
     device = get_device() if device is None else torch.device(device)
     models = {}
@@ -224,9 +230,7 @@ def load_seed_histories() -> dict[str, dict[int, TrainingHistory]]:
         )
         return {
             name: {
-                int(seed): TrainingHistory(
-                    run["steps"], run["validation_losses"], run["final_training_loss"]
-                )
+                int(seed): TrainingHistory.from_record(run)
                 for seed, run in manifest["histories"][name].items()
             }
             for name in manifest["variants"]
@@ -265,9 +269,7 @@ def load_mla_rescaled() -> dict:
             MLA_RESCALED, recorded, expected, "attnbook.models.capstone's", RETRAIN_RESCALED
         )
         histories = {
-            int(seed): TrainingHistory(
-                run["steps"], run["validation_losses"], run["final_training_loss"]
-            )
+            int(seed): TrainingHistory.from_record(run)
             for seed, run in manifest["histories"].items()
         }
         return {

@@ -41,6 +41,12 @@ class TrainingHistory:
     validation_losses: list[float] = field(default_factory=list)
     final_training_loss: float = float("nan")
 
+    @classmethod
+    def from_record(cls, record: dict) -> "TrainingHistory":
+        """The history a manifest records as ``dataclasses.asdict`` wrote it (other keys, such
+        as a run's time, are ignored)."""
+        return cls(record["steps"], record["validation_losses"], record["final_training_loss"])
+
 
 def train_language_model(
     model: nn.Module,

@@ -143,14 +143,7 @@ def load_position_models(device: torch.device | str | None = None) -> PositionMo
         _check_config(manifest)
         vocab_size = manifest["config"]["model"]["vocab_size"]
         recorded = {key: manifest["models"][model_key(*key)] for key in keys}
-        histories = {
-            key: TrainingHistory(
-                recorded[key]["steps"],
-                recorded[key]["validation_losses"],
-                recorded[key]["final_training_loss"],
-            )
-            for key in keys
-        }
+        histories = {key: TrainingHistory.from_record(recorded[key]) for key in keys}
     states = read_state_dict(weights)
     device = get_device() if device is None else torch.device(device)
     models = {}
