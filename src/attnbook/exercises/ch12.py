@@ -1,7 +1,13 @@
 """Chapter 12's exercise checkers: KV cache bytes per token of a TinyDecoder of any attention
-variant, and a head's mean weight on the first letter of the current word.
+variant, the 400-step point of the reader's longer training runs, and a head's mean weight on
+the first letter of the current word.
+
+``check_longer_training`` checks data, not a function: the runs take minutes, so the reader
+trains them and hands over the histories. It is imported from this module, not listed in
+``attnbook.exercises``, whose checkers all take the reader's function.
 """
 
+import json
 from collections.abc import Callable
 
 import torch
@@ -17,7 +23,10 @@ from attnbook.exercises._common import (
     _generator,
     _succeed,
 )
+from attnbook.models import capstone
 from attnbook.models.decoder import TinyDecoder
+from attnbook.models.lm_training import TrainingHistory
+from attnbook.models.shipped import shipped_file
 
 # Chapter 12: KV cache bytes per token of a TinyDecoder of any attention variant.
 
@@ -89,6 +98,122 @@ def check_cache_bytes_per_token(fn: Callable[[TinyDecoder], int]) -> None:
                 f"{_cache_hint(model, result, expected)}"
             )
     _succeed("your formula gives the bytes the caches hold, for every variant and dtype")
+
+
+# Chapter 12, exercise 2: longer training runs pass step 400 where the shipped runs ended.
+
+_CHECK_STEP = capstone.TRAINING["steps"]  # 400: where every shipped run ends
+_SHIPPED_SEEDS = (0, 1, 2)
+
+
+def _shipped_final_losses() -> dict[str, list[float]]:
+    """Each variant's 400-step validation loss with seeds 0, 1 and 2, from the files chapter 12
+    reads: MHA from the head-count runs (4 heads), the others from the shipped models (seed 0)
+    and the seed histories (seeds 1 and 2)."""
+    comparison = json.loads(shipped_file("head_count_comparison.json").read_text())
+    manifest = json.loads(shipped_file(capstone.MANIFEST).read_text())
+    seed_histories = capstone.load_seed_histories()
+    losses = {
+        "MHA": [
+            comparison["validation_loss"]["4"][comparison["seeds"].index(s)] for s in _SHIPPED_SEEDS
+        ]
+    }
+    for name in seed_histories:
+        seed_0 = manifest["variants"][name]["validation_losses"][-1]
+        losses[name] = [seed_0] + [seed_histories[name][s].validation_losses[-1] for s in (1, 2)]
+    return losses
+
+
+def _check_run_key(key: object, shipped: dict[str, list[float]]) -> tuple[str, int]:
+    if not isinstance(key, tuple) or len(key) != 2:
+        raise ValueError(f"histories: expected (name, seed) keys, got {key!r}")
+    name, seed = key
+    if name not in shipped:
+        raise ValueError(
+            f"histories key {key!r}: name expected one of {', '.join(shipped)}, got {name!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed not in _SHIPPED_SEEDS:
+        raise ValueError(
+            f"histories key {key!r}: seed expected 0, 1 or 2 (the seeds with a shipped "
+            f"{_CHECK_STEP}-step run), got {seed!r}"
+        )
+    return name, seed
+
+
+def _check_history(label: str, history: object) -> float:
+    """The validation loss ``history`` records at step 400; ValueError if it has none."""
+    if isinstance(history, tuple):
+        raise ValueError(
+            f"histories[{label}]: expected a TrainingHistory, got a tuple; "
+            "train_capstone_model returns (model, history): keep the history"
+        )
+    if not isinstance(history, TrainingHistory):
+        raise ValueError(
+            f"histories[{label}]: expected a TrainingHistory, got {type(history).__name__}"
+        )
+    if _CHECK_STEP not in history.steps:
+        raise ValueError(
+            f"histories[{label}]: expected a history that records step {_CHECK_STEP}, got steps "
+            f"{history.steps[:3]} ... {history.steps[-1:]}; train_capstone_model evaluates "
+            "every 25 steps"
+        )
+    return history.validation_losses[history.steps.index(_CHECK_STEP)]
+
+
+def _loss_hint(name: str, seed: int, loss: float, shipped: dict[str, list[float]]) -> str:
+    for other, losses in shipped.items():
+        for other_seed, shipped_loss in enumerate(losses):
+            if abs(loss - shipped_loss) <= 1e-5 and (other, other_seed) != (name, seed):
+                return (
+                    f"it is the shipped loss of {other}, seed {other_seed}: pass that run "
+                    f"under the key ({other!r}, {other_seed}), or train {name} with "
+                    f"seed={seed}"
+                )
+    return (
+        f"train it with train_capstone_model({name!r}, len(vocab), train_ids, "
+        f"validation_ids, steps=1500, seed={seed}): the same model, data and batch order "
+        "as the shipped runs"
+    )
+
+
+def check_longer_training(histories: dict) -> None:
+    """``histories[name, seed]``: the TrainingHistory of ``name`` trained longer with ``seed``.
+
+    Each must pass step 400 at the shipped 400-step validation loss of the same variant and
+    seed (within 1e-5), and run past it. An empty dict is an exercise not attempted yet.
+    Raises ``ValueError`` for a key or history it cannot check, and ``ExerciseError`` for a
+    history that departs from the shipped run.
+    """
+    if not isinstance(histories, dict):
+        raise ValueError(
+            "histories: expected a dict {(name, seed): TrainingHistory}, got "
+            f"{type(histories).__name__}"
+        )
+    if not histories:
+        print(
+            "Not attempted yet: longer_histories is still empty. Train the runs, keep each "
+            "history under its (name, seed), then run this check again."
+        )
+        return
+    shipped = _shipped_final_losses()
+    for key, history in histories.items():
+        name, seed = _check_run_key(key, shipped)
+        label = f"{name!r}, {seed}"
+        loss = _check_history(label, history)
+        expected = shipped[name][seed]
+        if abs(loss - expected) > 1e-5:
+            _fail(
+                f"histories[{label}] has {loss:.6f} at step {_CHECK_STEP}, but the shipped "
+                f"{name} run with seed {seed} ended at {expected:.6f}: "
+                f"{_loss_hint(name, seed, loss, shipped)}"
+            )
+        if history.steps[-1] <= _CHECK_STEP:
+            _fail(f"histories[{label}] ends at step {history.steps[-1]}: train longer (steps=1500)")
+    runs = ", ".join(f"{name} seed {seed}" for name, seed in histories)
+    _succeed(
+        f"{runs}: at step {_CHECK_STEP}, the loss of the shipped run with the same variant "
+        "and seed (within 1e-5), so your runs repeat the shipped ones up to there"
+    )
 
 
 # Chapter 12, exercise 3: a head's mean weight on the first letter of the current word.
