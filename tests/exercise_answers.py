@@ -300,6 +300,12 @@ def delta_rows(out, grad_out, **switches):  # ch16, a Triton kernel: see triton_
     return run(out, grad_out, **switches)
 
 
+def small_dq(q, k, v, grad_out, **switches):  # ch16, a Triton kernel: see triton_answers.py
+    from triton_answers import small_dq as run
+
+    return run(q, k, v, grad_out, **switches)
+
+
 def paged_slots(length, block_size):  # ch17
     return block_size * -(-length // block_size)
 
@@ -416,6 +422,7 @@ SOLUTIONS = {
     "check_causal_flash": causal_flash,
     "check_flash_exp2": flash_exp2,
     "check_delta_rows": delta_rows,
+    "check_dq_kernel": small_dq,
     "check_paged_slots": paged_slots,
     "check_gather_keys": gather_keys,
     "check_beam_blocks": beam_blocks,

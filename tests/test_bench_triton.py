@@ -73,3 +73,32 @@ def test_the_data_readme_states_the_shipped_runs_hash():
     data = files("attnbook.data")
     digest = hashlib.sha256((data / triton_section.SHIPPED_RUN).read_bytes()).hexdigest()
     assert f"sha256 `{digest}`" in (data / "README.md").read_text()
+
+
+def test_a_rows_speed_fraction_and_forward_rate():
+    cells = [(2.0, 2.0), (1.0, 2.0), None, (8.0, 10.0), (2.0, 14.0), None]
+    row = triton_section.parse_row(triton_section.format_row("float16", 64, 1024, cells))
+    assert triton_section.speed_fraction(row, "forward") == 0.5
+    assert triton_section.speed_fraction(row, "backward") == 0.25
+    # 2 * 8 heads * 1024^2 / 2 scores, 4 * 64 operations each, in 1 ms
+    expected = 2 * 8 * 1024**2 / 2 * 4 * 64 / 1e-3 / 1e12
+    assert triton_section.forward_tflops(row, "sdpa") == pytest.approx(expected)
+    assert triton_section.forward_tflops(row, "triton") == pytest.approx(expected / 2)
+
+
+def test_the_shipped_runs_longest_fractions_are_the_chapters():
+    _, rows = triton_section.read_shipped_run()
+    row = next(
+        r for r in rows if (r["dtype"], r["head_dim"], r["length"]) == ("float16", 64, 16384)
+    )
+    assert triton_section.speed_fraction(row, "forward") == pytest.approx(1.29 / 3.00)
+    assert triton_section.speed_fraction(row, "backward") == pytest.approx(4.50 / 9.60)
+
+
+def test_a_mode_or_implementation_that_is_not_in_the_row_is_refused_by_name():
+    _, rows = triton_section.read_shipped_run()
+    long_row = rows[-1]  # T = 16384: tiled attention did not run
+    with pytest.raises(ValueError, match="mode: expected one of"):
+        triton_section.speed_fraction(long_row, "fwd")
+    with pytest.raises(ValueError, match="name: expected an implementation timed in this row"):
+        triton_section.forward_tflops(long_row, "tiled")

@@ -41,6 +41,7 @@ from exercise_answers import (
     receptive_field,
     rope_halves,
     sink_window_mask,
+    small_dq,
     start_of_word_weight,
     supported_orderings,
     weights_with_sink,
@@ -871,6 +872,14 @@ WRONG_ANSWERS = {
         (lambda o, do: delta_rows(o, do, square=True), "delta differs from rowsum(A * dA)"),
         (lambda o, do: (o * do).sum(dim=-1, keepdim=True), "should return delta of shape"),
     ],
+    "check_dq_kernel": [
+        (lambda q, k, v, do: small_dq(q, k, v, do, scaled=False), "dq is 4 times SDPA's"),
+        (lambda q, k, v, do: small_dq(q, k, v, do, delta=False), "subtract each row's delta"),
+        (lambda q, k, v, do: small_dq(q, k, v, do, one_head=True), "head 0 is right but head 1"),
+        (lambda q, k, v, do: small_dq(q, k, v, do, floor=True), "rows 32..49 are wrong"),
+        (lambda q, k, v, do: small_dq(q, k, v, do)[..., :8], "should return dq of shape"),
+        (lambda q, k, v, do: torch.zeros_like(q), "differs from SDPA's autograd"),
+    ],
     "check_paged_slots": [
         (lambda n, b: b * (n // b), "round the length *up*"),
         (lambda n, b: b * (n // b + 1), "needs no extra block"),
@@ -1020,7 +1029,7 @@ WRONG_ANSWERS["check_repeated_loss_without"] = [
 ]
 # Chapter 16's kernel exercises run the reader's Triton: only where Triton installs.
 TRITON_CHECKERS = {"check_causal_flash", "check_flash_exp2"}
-TRITON_CHECKERS |= {"check_delta_rows"}
+TRITON_CHECKERS |= {"check_delta_rows", "check_dq_kernel"}
 
 
 @pytest.fixture(autouse=True)
@@ -1101,6 +1110,11 @@ def test_reader_errors_are_reported_with_the_call():
     expect_message(
         exercises.check_window_mask, crashes, "window_mask(6, 2) raised IndexError: index 6"
     )
+
+
+def test_check_dq_kernel_refuses_what_is_not_a_function():
+    with pytest.raises(ValueError, match="fn: expected a function small_dq"):
+        exercises.check_dq_kernel(torch.zeros(3))
 
 
 def test_find_circuit_names_a_mistaken_key_only_if_every_model_shows_it():

@@ -141,3 +141,50 @@ def delta_rows(out, grad_out, *, one_head=False, square=False, floor=False):
         out, grad_out, delta, T, d=d, BM=32, ONE_HEAD=one_head, SQUARE=square
     )
     return delta
+
+
+@triton.jit
+def dq_kernel(
+    Q, K, V, DO, Lse, Delta, DQ, T, S, scale, d: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr, SCALED: tl.constexpr, DELTA: tl.constexpr, ONE_HEAD: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)  # (BM,) query rows
+    bh = 0 if ONE_HEAD else tl.program_id(1)  # ONE_HEAD: a wrong answer, no head offset
+    cols = tl.arange(0, d)
+    inside = rows < T
+    qo = (bh * T + rows[:, None]) * d + cols
+    q = tl.load(Q + qo, mask=inside[:, None], other=0.0)
+    do = tl.load(DO + qo, mask=inside[:, None], other=0.0)
+    lse = tl.load(Lse + bh * T + rows, mask=inside, other=0.0)
+    delta = tl.load(Delta + bh * T + rows, mask=inside, other=0.0)
+    dq = tl.zeros([BM, d], tl.float32)
+    for start in range(0, S, BN):
+        keys = start + tl.arange(0, BN)
+        kv = (bh * S + keys[:, None]) * d + cols
+        k = tl.load(K + kv, mask=keys[:, None] < S, other=0.0)
+        v = tl.load(V + kv, mask=keys[:, None] < S, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        seen = inside[:, None] & (keys[None, :] < S)
+        p = tl.exp(tl.where(seen, s - lse[:, None], float("-inf")))
+        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        ds = p * (dp - delta[:, None]) if DELTA else p * dp  # DELTA=False: a wrong answer
+        dq += tl.dot(ds, k, input_precision="ieee")
+    dq = dq * scale if SCALED else dq  # SCALED=False: a wrong answer
+    out = (tl.program_id(1) * T + rows[:, None]) * d + cols
+    tl.store(DQ + out, dq, mask=inside[:, None])
+
+
+def small_dq(q, k, v, grad_out, *, scaled=True, delta=True, one_head=False, floor=False):
+    from attnbook.kernels.attention import attention_forward
+
+    B, H, T, d = q.shape
+    S = k.size(2)
+    out, lse = attention_forward(q, k, v, False, d**-0.5)
+    deltas = (grad_out * out).sum(dim=-1)  # (B, H, T)
+    dq = torch.zeros_like(q)
+    programs = T // 32 if floor else triton.cdiv(T, 32)  # floor: a wrong answer
+    dq_kernel[(programs, B * H)](
+        q, k, v, grad_out, lse, deltas, dq, T, S, d**-0.5, d=d, BM=32, BN=32,
+        SCALED=scaled, DELTA=delta, ONE_HEAD=one_head,
+    )  # fmt: skip
+    return dq

@@ -14,7 +14,8 @@ in Triton's interpreter, where a timing means nothing: the section says it needs
 
 One run on a GPU ships with the book, ``data/triton_bench_h200.txt`` (its header says on what
 machine and software); :func:`read_shipped_run` parses it back into measurements, for chapter
-16 and the tests, with :func:`parse_row`, the inverse of :func:`format_row`.
+16 and the tests, with :func:`parse_row`, the inverse of :func:`format_row`;
+:func:`speed_fraction` and :func:`forward_tflops` read a parsed row.
 """
 
 import re
@@ -134,6 +135,31 @@ def parse_row(row: str) -> dict:
         "forward": dict(zip(IMPLEMENTATIONS, cells[:n], strict=True)),
         "backward": dict(zip(IMPLEMENTATIONS, cells[n:], strict=True)),
     }
+
+
+MODES = ("forward", "backward")
+
+
+def speed_fraction(row: dict, mode: str) -> float:
+    """Triton's throughput as a fraction of SDPA's in a row of :func:`parse_row`: SDPA's time
+    over Triton's, for ``mode`` "forward" or "backward" (forward + backward)."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    times = row[mode]
+    return times["sdpa"][0] / times["triton"][0]
+
+
+def forward_tflops(row: dict, name: str) -> float:
+    """The causal forward's rate, in TFLOP/s, of implementation ``name`` in a row of
+    :func:`parse_row`: BATCH * HEADS * T^2 / 2 visible scores, 2d operations each in Q K^T and
+    as many in A V, over the row's forward time."""
+    timed = [key for key, cell in row["forward"].items() if cell is not None]
+    if name not in timed:
+        raise ValueError(
+            f"name: expected an implementation timed in this row, {timed}, got {name!r}"
+        )
+    flops = BATCH * HEADS * row["length"] ** 2 / 2 * 4 * row["head_dim"]
+    return flops / row["forward"][name][0] / 1e9  # ms -> TFLOP/s
 
 
 SHIPPED_RUN = "triton_bench_h200.txt"

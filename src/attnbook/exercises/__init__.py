@@ -53,6 +53,7 @@ from attnbook.exercises.ch16 import (
     check_causal_flash,
     check_causal_tile_kind,
     check_delta_rows,
+    check_dq_kernel,
     check_flash_exp2,
 )
 from attnbook.exercises.ch17 import (
@@ -82,6 +83,7 @@ __all__ = [
     "check_causal_flash",
     "check_flash_exp2",
     "check_delta_rows",
+    "check_dq_kernel",
     "check_concat_scores",
     "check_delta_rule_step",
     "check_erase_gain",

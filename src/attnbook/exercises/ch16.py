@@ -1,5 +1,6 @@
 """Chapter 16's exercise checkers: which tiles a causal FlashAttention kernel visits, a causal
-kernel of the reader's own, the exp2 form of the online softmax, and the backward's delta.
+kernel of the reader's own, the exp2 form of the online softmax, the backward's delta, and a
+dQ kernel.
 
 The kernels are the reader's; these checkers only call them on small tensors (on CUDA where it
 is available, else on the CPU, where the reader's Triton runs in its interpreter) and compare
@@ -208,3 +209,62 @@ def check_delta_rows(fn: Callable) -> None:
         )
     error = (delta.double() - expected).abs().max().item()
     _fail(f"{call}: delta differs from rowsum(A * dA) by up to {error:.2g}; sum dO * O along d")
+
+
+def _dq_inputs() -> tuple[torch.Tensor, ...]:
+    """(q, k, v, grad_out): 2 heads, T = 50 queries, S = 70 keys, d = 16, on the kernels' device."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = _generator(19)
+    shapes = ((1, 2, 50, 16), (1, 2, 70, 16), (1, 2, 70, 16), (1, 2, 50, 16))
+    return tuple(torch.randn(s, generator=generator).to(device) for s in shapes)
+
+
+@_checker
+def check_dq_kernel(fn: Callable) -> None:
+    """``fn(q, k, v, grad_out)``: dQ of non-causal attention from the reader's Triton kernel, for
+    2 heads, T = 50 queries, S = 70 keys and d = 16; compared in float64 with the gradient of
+    SDPA's autograd, within 2e-5 (the kernel works in float32). Raises ValueError when ``fn``
+    is not a function."""
+    if not callable(fn):
+        raise ValueError(f"fn: expected a function small_dq(q, k, v, grad_out), got {fn!r}")
+    q, k, v, grad_out = _dq_inputs()
+    call = "small_dq(q, k, v, grad_out) with 2 heads, T = 50, S = 70, d = 16"
+    dq = _as_tensor(_call_kernel(fn, call, q, k, v, grad_out), call, "dq, a tensor like q")
+    if dq.shape != q.shape:
+        _fail(f"{call} should return dq of shape {tuple(q.shape)}, got {tuple(dq.shape)}")
+    if not torch.isfinite(dq).all():
+        _fail(f"{call} returned inf or NaN: mask the exponent, exp(-inf) = 0, not the weight")
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*leaves).backward(grad_out.double())
+    expected = leaves[0].grad  # (B, H, T, d)
+    scale = q.size(-1) ** -0.5
+    wrong = ~torch.isclose(dq.double(), expected, atol=2e-5, rtol=0).all(dim=-1)  # (B, H, T)
+    if not wrong.any():
+        _succeed("dq within 2e-5 of SDPA's autograd in float64, in every head and row")
+        return
+    if _close(dq * scale, expected, atol=2e-5, rtol=0):
+        _fail(
+            f"{call}: dq is {1 / scale:g} times SDPA's, 1 / scale: dQ = dZ K * scale; multiply "
+            "by the scale once, when dq is stored"
+        )
+    weights = F.softmax(leaves[0].detach() @ leaves[1].detach().transpose(-2, -1) * scale, -1)
+    d_weights = grad_out.double() @ v.double().transpose(-2, -1)  # (B, H, T, S)
+    no_delta = (weights * d_weights) @ k.double() * scale  # (B, H, T, d)
+    if _close(dq, no_delta, atol=2e-5, rtol=0):
+        _fail(
+            f"{call}: dq is (A * dA) K * scale; subtract each row's delta = rowsum(dO * O) "
+            "first: dZ = A * (dA - delta)"
+        )
+    if not wrong[:, 0].any():
+        _fail(
+            f"{call}: head 0 is right but head 1 is not: batch-head bh's rows start at "
+            "bh * T * d in Q, dO and dQ, at bh * S * d in K and V, at bh * T in lse and delta"
+        )
+    if not wrong[..., :32].any():
+        rows = wrong.nonzero()[:, -1]
+        _fail(
+            f"{call}: rows {int(rows.min())}..{int(rows.max())} are wrong, the first 32 right: "
+            "launch cdiv(T, BLOCK) programs and mask the last block's rows past T"
+        )
+    error = (dq.double() - expected).abs().max().item()
+    _fail(f"{call}: dq differs from SDPA's autograd in float64 by up to {error:.2g}")
