@@ -279,6 +279,26 @@ def test_a_seed_file_from_other_settings_or_missing_is_refused(monkeypatch):
         capstone.load_seed_histories()
 
 
+def test_the_longer_runs_are_the_librarys_settings_for_1500_steps_and_the_readmes_file(loaded):
+    """data/capstone_longer.json, chapter 12's answer to exercise 2: MHA and MQA with seeds 0 to
+    2, the library's settings but 1,500 steps; seed 0 repeats the shipped history up to step
+    400; data/README.md records the file's sha256."""
+    data = shipped_file("capstone_longer.json").read_bytes()
+    record = json.loads(data)
+    expected = capstone.seeds_config(record["config"]["model"]["vocab_size"])
+    expected["training"] = dict(expected["training"], steps=1500)
+    assert record["config"] == expected
+    assert record["variants"] == ["MHA", "MQA"] and record["seeds"] == [0, 1, 2]
+    for name in record["variants"]:
+        assert list(record["histories"][name]) == ["0", "1", "2"]
+        run, shipped = record["histories"][name]["0"], loaded.histories[name]
+        assert run["steps"][: len(shipped.steps)] == shipped.steps and run["steps"][-1] == 1500
+        up_to_400 = run["validation_losses"][: len(shipped.steps)]
+        for live, recorded in zip(up_to_400, shipped.validation_losses, strict=True):
+            assert abs(live - recorded) <= 1e-5, (name, live, recorded)
+    assert sha256_of(data) in shipped_file("README.md").read_text()
+
+
 def test_a_seed_changes_the_initial_weights_and_the_default_is_the_shipped_one(split):
     vocabulary, _, _ = split
     default = build_capstone_model("MQA", len(vocabulary)).state_dict()
