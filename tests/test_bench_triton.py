@@ -102,3 +102,39 @@ def test_a_mode_or_implementation_that_is_not_in_the_row_is_refused_by_name():
         triton_section.speed_fraction(long_row, "fwd")
     with pytest.raises(ValueError, match="name: expected an implementation timed in this row"):
         triton_section.forward_tflops(long_row, "tiled")
+
+
+def test_the_backward_rate_counts_its_own_products_over_its_own_time():
+    # forward 2 ms; forward + backward 9 ms: the backward alone took 7 ms
+    cells = [(2.0, 2.0), (1.0, 2.0), None, (9.0, 10.0), (3.5, 14.0), None]
+    row = triton_section.parse_row(triton_section.format_row("float16", 64, 1024, cells))
+    forward = triton_section.forward_tflops(row, "triton")
+    # 7 products in 7 ms, against 2 in 2 ms: the forward's rate
+    assert triton_section.backward_tflops(row, "triton", 7) == pytest.approx(forward)
+    # SDPA: 5 products in 2.5 ms, against the forward's 2 products in 1 ms
+    sdpa = triton_section.forward_tflops(row, "sdpa")
+    assert triton_section.backward_tflops(row, "sdpa", 5) == pytest.approx(sdpa)
+
+
+def test_the_shipped_runs_backward_is_faster_than_its_forward_for_triton():
+    """At T = 16384, float16, Triton's backward alone runs at 292 and 250 TFLOP/s (d = 64,
+    128) against its forward's 183: the figures chapter 16 reads."""
+    _, rows = triton_section.read_shipped_run()
+    longest = {r["head_dim"]: r for r in rows if (r["dtype"], r["length"]) == ("float16", 16384)}
+    rates = [triton_section.backward_tflops(longest[d], "triton", 7) for d in (64, 128)]
+    assert [round(rate) for rate in rates] == [292, 250]
+    assert all(rate > triton_section.forward_tflops(longest[64], "triton") for rate in rates)
+
+
+@pytest.mark.parametrize("products", [0, 2.5, True])
+def test_a_bad_product_count_is_refused_by_name(products):
+    _, rows = triton_section.read_shipped_run()
+    with pytest.raises(ValueError, match="products: expected a positive int"):
+        triton_section.backward_tflops(rows[-1], "triton", products)
+
+
+def test_a_backward_no_slower_than_the_forward_is_refused():
+    cells = [(2.0, 2.0), (1.0, 2.0), None, (2.0, 10.0), (3.5, 14.0), None]
+    row = triton_section.parse_row(triton_section.format_row("float16", 64, 1024, cells))
+    with pytest.raises(ValueError, match="row: expected forward \\+ backward slower"):
+        triton_section.backward_tflops(row, "triton", 7)

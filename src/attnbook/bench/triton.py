@@ -15,7 +15,7 @@ in Triton's interpreter, where a timing means nothing: the section says it needs
 One run on a GPU ships with the book, ``data/triton_bench_h200.txt`` (its header says on what
 machine and software); :func:`read_shipped_run` parses it back into measurements, for chapter
 16 and the tests, with :func:`parse_row`, the inverse of :func:`format_row`;
-:func:`speed_fraction` and :func:`forward_tflops` read a parsed row.
+:func:`speed_fraction`, :func:`forward_tflops` and :func:`backward_tflops` read a parsed row.
 """
 
 import re
@@ -149,17 +149,39 @@ def speed_fraction(row: dict, mode: str) -> float:
     return times["sdpa"][0] / times["triton"][0]
 
 
-def forward_tflops(row: dict, name: str) -> float:
-    """The causal forward's rate, in TFLOP/s, of implementation ``name`` in a row of
-    :func:`parse_row`: BATCH * HEADS * T^2 / 2 visible scores, 2d operations each in Q K^T and
-    as many in A V, over the row's forward time."""
+def _check_timed(row: dict, name: str) -> None:
     timed = [key for key, cell in row["forward"].items() if cell is not None]
     if name not in timed:
         raise ValueError(
             f"name: expected an implementation timed in this row, {timed}, got {name!r}"
         )
-    flops = BATCH * HEADS * row["length"] ** 2 / 2 * 4 * row["head_dim"]
-    return flops / row["forward"][name][0] / 1e9  # ms -> TFLOP/s
+
+
+def _forward_flops(row: dict) -> float:
+    """BATCH * HEADS * T^2 / 2 visible scores, 2d operations each in Q K^T and as many in A V."""
+    return BATCH * HEADS * row["length"] ** 2 / 2 * 4 * row["head_dim"]
+
+
+def forward_tflops(row: dict, name: str) -> float:
+    """The causal forward's rate, in TFLOP/s, of implementation ``name`` in a row of
+    :func:`parse_row`: its two matrix products on the visible half of the scores, over the
+    row's forward time."""
+    _check_timed(row, name)
+    return _forward_flops(row) / row["forward"][name][0] / 1e9  # ms -> TFLOP/s
+
+
+def backward_tflops(row: dict, name: str, products: int) -> float:
+    """The backward pass's rate alone, in TFLOP/s, of implementation ``name`` in a row of
+    :func:`parse_row`, counting ``products`` matrix products per tile where the forward has 2
+    (Triton's three kernels do 7, FlashAttention-2's backward 5). Its time is the row's
+    forward + backward less its forward: it includes making dO and the delta kernel."""
+    _check_timed(row, name)
+    if isinstance(products, bool) or not isinstance(products, int) or products < 1:
+        raise ValueError(f"products: expected a positive int, got {products!r}")
+    ms = row["backward"][name][0] - row["forward"][name][0]
+    if ms <= 0:
+        raise ValueError(f"row: expected forward + backward slower than forward, got {ms} ms")
+    return _forward_flops(row) * products / 2 / ms / 1e9
 
 
 SHIPPED_RUN = "triton_bench_h200.txt"
