@@ -12,8 +12,9 @@ chapters are independent, so up to ``--jobs`` of them run at once (default: the 
 cores), each kernel limited to its share of the cores so that together they never
 oversubscribe the machine. One line per notebook is printed, with its time; what the kernels
 write to stderr (start-up warnings) is kept back and shown only for a notebook that fails.
-Timing metadata is not recorded, so re-running an unchanged notebook leaves its file
-unchanged apart from outputs that really vary (timings).
+Timing metadata is not recorded, and neighbouring pieces of one stream are joined into one
+output (a busy machine makes the kernel flush a cell's printing in pieces), so re-running an
+unchanged notebook leaves its file unchanged apart from outputs that really vary (timings).
 """
 
 import argparse
@@ -31,6 +32,28 @@ from attnbook.kernels.runtime import why_chapter_cannot_run
 
 KERNEL = "python3"
 TIMEOUT_SECONDS = 600
+
+
+def join_stream_pieces(notebook: nbformat.NotebookNode) -> None:
+    """Join each run of neighbouring stdout (or stderr) outputs of a cell into one output.
+
+    Unlike nbclient's ``coalesce_streams``, text never moves past a figure between the pieces.
+    """
+    for cell in notebook.cells:
+        joined = []
+        for output in cell.get("outputs", []):
+            previous = joined[-1] if joined else None
+            same_stream = (
+                previous is not None
+                and output["output_type"] == previous["output_type"] == "stream"
+                and output["name"] == previous["name"]
+            )
+            if same_stream:
+                previous["text"] += output["text"]
+            else:
+                joined.append(output)
+        if "outputs" in cell:
+            cell.outputs = joined
 
 
 def execute(path: Path, threads: int) -> tuple[float, str | None]:
@@ -53,6 +76,7 @@ def execute(path: Path, threads: int) -> tuple[float, str | None]:
             kernel_stderr.seek(0)
             return time.perf_counter() - start, f"{error}\n{kernel_stderr.read()}"
         seconds = time.perf_counter() - start
+    join_stream_pieces(notebook)
     nbformat.write(notebook, path)
     return seconds, None
 
