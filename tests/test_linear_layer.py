@@ -1,8 +1,11 @@
 """Gated DeltaNet layer, its decoding state, the hybrid decoder and the refusal of bad gates."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from attnbook.linear import gated_deltanet
 from attnbook.linear.delta_rule import gated_delta_rule
 from attnbook.linear.gated_deltanet import GatedDeltaNet
 from attnbook.linear.linear_attention import linear_attention
@@ -84,6 +87,26 @@ def test_decoding_one_token_at_a_time_equals_the_chunked_pass():
     )
     _, final = layer.mix(q, k, v, x, None)
     torch.testing.assert_close(state.memory, final, rtol=0, atol=1e-12)
+
+
+def test_the_rms_norm_divides_the_scale_of_q_out_again(monkeypatch):
+    # the docstring's claim: with eps = 0, q's 1 / sqrt(d_head) changes nothing downstream
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2, chunk_size=4).double()
+    layer.norm.eps = 0.0
+    x = torch.randn(2, 10, 16, dtype=torch.float64)
+    q, k, v = (
+        layer._heads(part) for part in layer._convolve(layer.qkv_proj(x), None)[0].chunk(3, dim=-1)
+    )
+    with torch.no_grad():
+        mixed, _ = layer.mix(q, k, v, x, None)
+        shipped, _ = layer(x)
+        # q scaled by 1 / 0.01 = 100 instead of 1 / sqrt(8)
+        monkeypatch.setattr(gated_deltanet, "math", SimpleNamespace(sqrt=lambda n: 0.01))
+        rescaled, _ = layer.mix(q, k, v, x, None)
+        unscaled, _ = layer(x)
+    assert not torch.allclose(rescaled, mixed)  # the heads' raw outputs do change
+    torch.testing.assert_close(unscaled, shipped, rtol=0, atol=1e-12)
 
 
 def test_the_layer_refuses_masks_and_linear_layer_refuses_caches():

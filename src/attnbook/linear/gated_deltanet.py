@@ -5,6 +5,10 @@ last ``conv_kernel`` tokens and SiLU -> q and k L2-normalised per head (q then s
 1 / sqrt(d_head)) -> the gated delta rule with alpha and beta computed from x -> a per-head
 RMS norm of the output, multiplied by SiLU(gate(x)) -> the output projection.
 
+* The output is linear in q, and the per-head RMS norm divides any positive factor on it out
+  again, up to the norm's eps: q's length, its L2 normalisation and the 1 / sqrt(d_head) set
+  no sharpness (unlike softmax's scale); the scale is kept to match Qwen3-Next.
+
 * ``beta = sigmoid(b_proj(x))``: how strongly each token writes, per head.
 * ``alpha = exp(-exp(A_log) * softplus(a_proj(x) + dt_bias))``: the decay per token and head,
   Mamba-2's parametrisation, which Qwen3-Next uses; in (0, 1].
