@@ -286,3 +286,13 @@ def test_the_chapters_tile_count_is_the_classifiers():
         causal_tile_kind(m, n, 128, 64) for m in range(0, 1024, 128) for n in range(0, 1024, 64)
     ]
     assert [kinds.count(kind) for kind in ("full", "diagonal", "skip")] == [56, 16, 56]
+
+
+def test_tensors_whose_offsets_would_overflow_32_bits_are_refused():
+    # a stride-0 view: 2**31 elements, one float of memory
+    huge = torch.zeros(1, device=DEVICE).view(1, 1, 1, 1).expand(2**15, 1, 2**16, 1)
+    small = torch.zeros(2**15, 1, 4, 1, device=DEVICE)
+    with pytest.raises(ValueError, match=r"query: expected fewer than 2\*\*31 elements"):
+        check_triton_inputs(huge, small, small)
+    with pytest.raises(ValueError, match=r"key: expected fewer than 2\*\*31 elements"):
+        check_triton_inputs(small, huge, huge)

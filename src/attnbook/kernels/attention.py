@@ -21,6 +21,8 @@ from attnbook.core.trace import record
 from attnbook.kernels.runtime import import_triton
 
 MAX_HEAD_DIM = 128
+# The kernels compute element offsets such as bh * T * d in 32-bit integers.
+MAX_ELEMENTS = 2**31 - 1
 # The forward's BLOCK_M must be a multiple of BLOCK_N: its causal stage 1 stops at the query
 # block's first row, which must then start a key block; its diagonal is BLOCK_M / BLOCK_N key
 # blocks. The backward kernels use square tiles (BLOCK), so that a key block's diagonal is
@@ -38,7 +40,8 @@ def _expected_device_and_dtypes() -> tuple[str, tuple[torch.dtype, ...]]:
 
 def check_triton_inputs(query: object, key: object, value: object) -> None:
     """Raise ``ValueError`` unless query (B, H, T, d), key and value (B, H, S, d) fit the
-    kernels: same dtype and device, d <= 128, T and S at least 1."""
+    kernels: same dtype and device, d <= 128, T and S at least 1, and each under 2**31
+    elements (the kernels' offsets are 32-bit integers, which would wrap silently)."""
     device, dtypes = _expected_device_and_dtypes()
     layouts = ("(B, H, T, d)", "(B, H, S, d)", "(B, H, S, d)")
     for name, tensor, layout in zip(NAMES, (query, key, value), layouts, strict=True):
@@ -78,6 +81,12 @@ def check_triton_inputs(query: object, key: object, value: object) -> None:
         raise ValueError(
             f"value: expected S = {key.size(2)} rows as in key, got value.shape = {shape_of(value)}"
         )
+    for name, tensor in zip(NAMES, (query, key, value), strict=True):
+        if tensor.numel() > MAX_ELEMENTS:
+            raise ValueError(
+                f"{name}: expected fewer than 2**31 elements (the kernels' offsets are 32-bit "
+                f"integers), got {tensor.numel()} in shape {shape_of(tensor)}"
+            )
     check_int("query.shape[-1] (head width d)", query.size(-1), 1, MAX_HEAD_DIM)
     check_int("query.shape[2] (T)", query.size(2))
     check_int("key.shape[2] (S)", key.size(2))
@@ -171,7 +180,7 @@ class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, is_causal, scale):
         output, lse = attention_forward(query, key, value, is_causal, scale)
-        record("q", query, "B H T d_head", "queries, one program per block of T rows")
+        record("q", query, "B H T d_head", "queries, one program per block of query rows")
         record("k, v", key, "B H S d_head", "read block by block, never as a whole")
         record("output", output, "B H T d_head", "normalised once, at the end of each row")
         record("lse", lse, "B H T", "log-sum-exp per row: with q, k, v and O, all backward needs")
