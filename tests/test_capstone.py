@@ -16,6 +16,7 @@ from attnbook import (
     load_genesis,
     set_seed,
     train_capstone_model,
+    train_language_model,
     train_validation_split,
 )
 from attnbook.analysis.word_start import word_start_weight
@@ -154,6 +155,28 @@ def test_training_is_deterministic_on_one_thread_and_restores_the_thread_count(s
     assert first_history.validation_losses[1] < first_history.validation_losses[0]
     for key, value in first_model.state_dict().items():
         assert torch.equal(value, second_model.state_dict()[key]), key
+
+
+def test_lr_overrides_only_the_learning_rate(split):
+    """scripts/train_capstone_seeds.py --lr: the same run as train_language_model at that rate."""
+    vocabulary, train_ids, validation_ids = split
+    few_windows = validation_ids[: 4 * capstone.TRAINING["block_size"] + 1]  # fast evaluations
+    _, history = train_capstone_model(
+        "MHA", len(vocabulary), train_ids, few_windows, steps=2, seed=1, lr=1e-2
+    )
+    model = build_capstone_model("MHA", len(vocabulary), seed=1)
+    settings = dict(capstone.TRAINING, steps=2, seed=1, lr=1e-2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        expected = train_language_model(model, train_ids, few_windows, **settings)
+    finally:
+        torch.set_num_threads(threads)
+    assert history == expected
+    _, default_rate = train_capstone_model(
+        "MHA", len(vocabulary), train_ids, few_windows, steps=2, seed=1
+    )
+    assert default_rate.validation_losses[-1] != history.validation_losses[-1]
 
 
 @pytest.mark.parametrize("variant", ["GQA", "MQA", "MLA"])
