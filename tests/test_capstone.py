@@ -322,6 +322,23 @@ def test_the_longer_runs_are_the_librarys_settings_for_1500_steps_and_the_readme
     assert sha256_of(data) in shipped_file("README.md").read_text()
 
 
+def test_the_learning_rate_sweep_is_the_librarys_settings_and_the_readmes_file():
+    """data/capstone_lr_sweep.json, chapter 12's check of MLA - MHA at half and twice the
+    learning rate: the library's settings but the rate, MHA and MLA with seeds 0 to 2, MLA
+    behind with every seed and rate; data/README.md records the file's sha256."""
+    data = shipped_file("capstone_lr_sweep.json").read_bytes()
+    record = json.loads(data)
+    expected = capstone.seeds_config(record["config"]["model"]["vocab_size"])
+    expected["training"] = {k: v for k, v in expected["training"].items() if k != "lr"}
+    assert record["config"] == expected
+    assert record["variants"] == ["MHA", "MLA"] and record["seeds"] == [0, 1, 2]
+    rates = record["learning_rates"]
+    assert [rate / capstone.TRAINING["lr"] for rate in rates] == [0.5, 2.0]
+    for losses in record["final_validation_losses"].values():
+        assert all(losses["MLA"][seed] > losses["MHA"][seed] for seed in ("0", "1", "2"))
+    assert sha256_of(data) in shipped_file("README.md").read_text()
+
+
 def test_a_seed_changes_the_initial_weights_and_the_default_is_the_shipped_one(split):
     vocabulary, _, _ = split
     default = build_capstone_model("MQA", len(vocabulary)).state_dict()
