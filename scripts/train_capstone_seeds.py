@@ -11,12 +11,16 @@ thread, in separate processes (the same losses: every run is single-threaded and
 
 ``--variants``, ``--seeds`` and ``--steps`` choose other runs. Exercise 2's answer,
 ``data/capstone_longer.json``, is MHA and MQA trained for 1,500 steps with seeds 0, 1 and 2.
+``--lr`` trains every run at each of the given learning rates and writes only the final
+validation losses, {rate: {variant: {seed: loss}}}: ``data/capstone_lr_sweep.json``.
 
     OMP_NUM_THREADS=1 python scripts/train_capstone_seeds.py                 # writes data/
     OMP_NUM_THREADS=1 python scripts/train_capstone_seeds.py --jobs 6        # the same, in parallel
     python scripts/train_capstone_seeds.py --steps 5 --output /tmp/seeds.json  # a smoke run
     OMP_NUM_THREADS=1 python scripts/train_capstone_seeds.py --variants MHA MQA --seeds 0 1 2 \
         --steps 1500 --output data/capstone_longer.json                       # exercise 2
+    OMP_NUM_THREADS=1 python scripts/train_capstone_seeds.py --variants MHA MLA --seeds 0 1 2 \
+        --lr 1.5e-3 6e-3 --output data/capstone_lr_sweep.json                 # the rate sweep
 """
 
 import argparse
@@ -44,14 +48,14 @@ SEEDS = (1, 2)
 TIMEOUT_SECONDS = 3600  # for one run, however busy the machine
 
 
-def train_one(name: str, seed: int, steps: int | None) -> dict:
-    """One variant trained with one seed: its validation history and its time."""
+def train_one(name: str, seed: int, steps: int | None, lr: float | None) -> dict:
+    """One variant trained with one seed (and rate): its validation history and its time."""
     text = load_genesis()
     vocabulary = CharVocabulary(text)
     train_ids, validation_ids = train_validation_split(vocabulary.encode(text), VALIDATION_FRACTION)
     start = time.perf_counter()
     _, history = train_capstone_model(
-        name, len(vocabulary), train_ids, validation_ids, steps=steps, seed=seed
+        name, len(vocabulary), train_ids, validation_ids, steps=steps, seed=seed, lr=lr
     )
     return {**asdict(history), "training_seconds": round(time.perf_counter() - start, 1)}
 
@@ -63,19 +67,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
+    parser.add_argument("--lr", type=float, nargs="+", default=None, help="a learning-rate sweep")
     args = parser.parse_args()
-    runs = [(name, seed) for name in args.variants for seed in args.seeds]
+    rates = [None] if args.lr is None else args.lr
+    runs = [(name, seed, lr) for lr in rates for name in args.variants for seed in args.seeds]
     start = time.perf_counter()
     # AdamW's first construction imports much of torch (seconds): once here, before the fork
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {run: pool.submit(train_one, *run, args.steps) for run in runs}
+        futures = {
+            (name, seed, lr): pool.submit(train_one, name, seed, args.steps, lr)
+            for name, seed, lr in runs
+        }
         results = {run: future.result(timeout=TIMEOUT_SECONDS) for run, future in futures.items()}
     seconds = time.perf_counter() - start
-    histories = {name: {} for name in args.variants}
-    for (name, seed), result in results.items():
-        histories[name][str(seed)] = result
-        print(f"{name} seed {seed}: validation loss {result['validation_losses'][-1]:.4f}")
+    for (name, seed, lr), result in results.items():
+        rate = "" if lr is None else f" lr {lr:g}"
+        print(f"{name} seed {seed}{rate}: validation loss {result['validation_losses'][-1]:.4f}")
     vocabulary = CharVocabulary(load_genesis())
     config = seeds_config(len(vocabulary))
     if args.steps is not None:
@@ -87,8 +95,29 @@ def main() -> None:
         "seeds": args.seeds,
         "seed_fixes": "the initial weights (torch.manual_seed) and the batch order",
         "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
-        "histories": histories,
     }
+    if args.lr is None:
+        result["histories"] = {
+            name: {str(seed): results[name, seed, None] for seed in args.seeds}
+            for name in args.variants
+        }
+    else:
+        config["training"] = {key: v for key, v in config["training"].items() if key != "lr"}
+        result["learning_rates"] = args.lr
+        result["final_validation_losses"] = {
+            f"{lr:g}": {
+                name: {
+                    str(seed): results[name, seed, lr]["validation_losses"][-1]
+                    for seed in args.seeds
+                }
+                for name in args.variants
+            }
+            for lr in args.lr
+        }
+        result["run_seconds"] = {
+            f"{lr:g} {name} {seed}": results[name, seed, lr]["training_seconds"]
+            for name, seed, lr in runs
+        }
     write_run_record(args.output, result, threads=1, seconds=seconds)
 
 

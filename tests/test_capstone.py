@@ -16,6 +16,7 @@ from attnbook import (
     load_genesis,
     set_seed,
     train_capstone_model,
+    train_language_model,
     train_validation_split,
 )
 from attnbook.analysis.word_start import word_start_weight
@@ -154,6 +155,28 @@ def test_training_is_deterministic_on_one_thread_and_restores_the_thread_count(s
     assert first_history.validation_losses[1] < first_history.validation_losses[0]
     for key, value in first_model.state_dict().items():
         assert torch.equal(value, second_model.state_dict()[key]), key
+
+
+def test_lr_overrides_only_the_learning_rate(split):
+    """scripts/train_capstone_seeds.py --lr: the same run as train_language_model at that rate."""
+    vocabulary, train_ids, validation_ids = split
+    few_windows = validation_ids[: 4 * capstone.TRAINING["block_size"] + 1]  # fast evaluations
+    _, history = train_capstone_model(
+        "MHA", len(vocabulary), train_ids, few_windows, steps=2, seed=1, lr=1e-2
+    )
+    model = build_capstone_model("MHA", len(vocabulary), seed=1)
+    settings = dict(capstone.TRAINING, steps=2, seed=1, lr=1e-2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        expected = train_language_model(model, train_ids, few_windows, **settings)
+    finally:
+        torch.set_num_threads(threads)
+    assert history == expected
+    _, default_rate = train_capstone_model(
+        "MHA", len(vocabulary), train_ids, few_windows, steps=2, seed=1
+    )
+    assert default_rate.validation_losses[-1] != history.validation_losses[-1]
 
 
 @pytest.mark.parametrize("variant", ["GQA", "MQA", "MLA"])
@@ -296,6 +319,23 @@ def test_the_longer_runs_are_the_librarys_settings_for_1500_steps_and_the_readme
         up_to_400 = run["validation_losses"][: len(shipped.steps)]
         for live, recorded in zip(up_to_400, shipped.validation_losses, strict=True):
             assert abs(live - recorded) <= 1e-5, (name, live, recorded)
+    assert sha256_of(data) in shipped_file("README.md").read_text()
+
+
+def test_the_learning_rate_sweep_is_the_librarys_settings_and_the_readmes_file():
+    """data/capstone_lr_sweep.json, chapter 12's check of MLA - MHA at half and twice the
+    learning rate: the library's settings but the rate, MHA and MLA with seeds 0 to 2, MLA
+    behind with every seed and rate; data/README.md records the file's sha256."""
+    data = shipped_file("capstone_lr_sweep.json").read_bytes()
+    record = json.loads(data)
+    expected = capstone.seeds_config(record["config"]["model"]["vocab_size"])
+    expected["training"] = {k: v for k, v in expected["training"].items() if k != "lr"}
+    assert record["config"] == expected
+    assert record["variants"] == ["MHA", "MLA"] and record["seeds"] == [0, 1, 2]
+    rates = record["learning_rates"]
+    assert [rate / capstone.TRAINING["lr"] for rate in rates] == [0.5, 2.0]
+    for losses in record["final_validation_losses"].values():
+        assert all(losses["MLA"][seed] > losses["MHA"][seed] for seed in ("0", "1", "2"))
     assert sha256_of(data) in shipped_file("README.md").read_text()
 
 

@@ -64,11 +64,12 @@ def test_mla_absorbed_flow_shows_one_shared_key_head():
 def test_tiny_gpt_variants_lists_what_each_variant_caches():
     from attnbook.book.diagrams import tiny_gpt_variants
 
-    figure = tiny_gpt_variants(n_layers=3, n_heads=8, n_kv_heads=2, latent_dim=24)
+    figure = tiny_gpt_variants(n_layers=3, n_heads=8, n_kv_heads=2, latent_dim=24, head_dim=12)
     shown = figure_texts(figure)
     plt.close(figure)
     assert "block\nx 3" in shown
-    for cached in ("2 x 8 x d_head", "2 x 2 x d_head", "2 x d_head", "d_c = 24"):
+    # MQA's cache written out, so that it can be set beside MLA's latent
+    for cached in ("2 x 8 x d_head", "2 x 2 x d_head", "2 x d_head = 24", "d_c = 24"):
         assert cached in shown
     assert "W_K, W_V: 8 key/value heads" in shown and "LayerNorm, attention" in shown
     assert "LayerNorm, MLP\n(width set per variant)" in shown  # the width differs too

@@ -186,6 +186,7 @@ BAD_DIAGRAM_CALLS = [
     (diagrams.mla_absorbed_flow, {"n_heads": 0}, "n_heads"),
     (diagrams.tiny_gpt_variants, {"n_layers": -1}, "n_layers"),
     (diagrams.tiny_gpt_variants, {"latent_dim": "32"}, "latent_dim"),
+    (diagrams.tiny_gpt_variants, {"head_dim": 0}, "head_dim"),
     (diagrams.mla_absorbed_flow, {"latent_dim": 2.5}, "latent_dim"),
     (diagrams.tiling_grid, {"n_query_blocks": 0}, "n_query_blocks"),
     (diagrams.tiling_grid, {"n_key_blocks": 1.5}, "n_key_blocks"),

@@ -110,8 +110,10 @@ def train_capstone_model(
     *,
     steps: int | None = None,
     seed: int | None = None,
+    lr: float | None = None,
 ) -> tuple[TinyDecoder, TrainingHistory]:
-    """Build ``variant`` and train it with ``TRAINING`` (``steps`` overrides its step count).
+    """Build ``variant`` and train it with ``TRAINING`` (``steps`` overrides its step count,
+    ``lr`` its learning rate).
 
     ``seed`` (default: the shipped models' ``INIT_SEED`` and ``TRAINING["seed"]``, both 0)
     fixes both the initial weights and the order of the batches, as in
@@ -124,7 +126,8 @@ def train_capstone_model(
     Returns the trained model (eval mode) and its validation history.
     """
     model = build_capstone_model(variant, vocab_size, seed=INIT_SEED if seed is None else seed)
-    return model, fit_capstone_model(model, train_ids, validation_ids, steps=steps, seed=seed)
+    history = fit_capstone_model(model, train_ids, validation_ids, steps=steps, seed=seed, lr=lr)
+    return model, history
 
 
 def fit_capstone_model(
@@ -134,13 +137,16 @@ def fit_capstone_model(
     *,
     steps: int | None = None,
     seed: int | None = None,
+    lr: float | None = None,
 ) -> TrainingHistory:
     """Train a built capstone ``model`` in place as :func:`train_capstone_model` does (its
-    ``TRAINING``, one CPU thread, ``steps`` and ``seed`` the same overrides); for a model
-    changed between building and training, such as MLA with rescaled up-projections."""
+    ``TRAINING``, one CPU thread, ``steps``, ``seed`` and ``lr`` the same overrides); for a
+    model changed between building and training, such as MLA with rescaled up-projections."""
     settings = dict(TRAINING, steps=TRAINING["steps"] if steps is None else steps)
     if seed is not None:
         settings["seed"] = seed
+    if lr is not None:
+        settings["lr"] = lr
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

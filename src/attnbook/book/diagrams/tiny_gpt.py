@@ -13,24 +13,35 @@ from attnbook.core._checks import check_int
 __all__ = ["tiny_gpt_variants"]
 
 
-def _variant_rows(n_heads: int, n_kv_heads: int, latent_dim: int) -> list[tuple[str, str, str]]:
+def _variant_rows(
+    n_heads: int, n_kv_heads: int, latent_dim: int, head_dim: int
+) -> list[tuple[str, str, str]]:
     """(name, key/value path, cached numbers per token and layer) for the four variants."""
     return [
         ("MHA", f"W_K, W_V: {n_heads} key/value heads", f"2 x {n_heads} x d_head"),
         ("GQA", f"W_K, W_V: {n_kv_heads} heads, shared", f"2 x {n_kv_heads} x d_head"),
-        ("MQA", "W_K, W_V: 1 head, shared by all", "2 x d_head"),
+        ("MQA", "W_K, W_V: 1 head, shared by all", f"2 x d_head = {2 * head_dim}"),
         ("MLA", "W_DKV -> latent c, then W_UK, W_UV", f"d_c = {latent_dim}"),
     ]
 
 
 def tiny_gpt_variants(
-    *, n_layers: int = 2, n_heads: int = 4, n_kv_heads: int = 2, latent_dim: int = 32
+    *,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    latent_dim: int = 32,
+    head_dim: int = 16,
 ) -> Figure:
-    """The tiny GPT's architecture and a table of its four attention variants (sky: cached)."""
+    """The tiny GPT's architecture and a table of its four attention variants (sky: cached).
+
+    MQA's cache is written out as ``2 x d_head = 2 * head_dim`` numbers, so that it can be set
+    beside MLA's ``d_c = latent_dim``."""
     check_int("n_layers", n_layers)
     check_int("n_heads", n_heads)
     check_int("n_kv_heads", n_kv_heads)
     check_int("latent_dim", latent_dim)
+    check_int("head_dim", head_dim)
     ax = canvas(13, 8.2)
     box(ax, 0.3, 0.2, 3.2, 0.7, "token ids (B, T)")
     box(ax, 0.3, 1.3, 3.2, 0.8, "token embedding\n+ position embedding")
@@ -49,7 +60,7 @@ def tiny_gpt_variants(
     label(ax, (5.1, 7.6), "variant", fontsize=10, ha="left")
     label(ax, (6.4, 7.6), "keys and values come from", fontsize=10, ha="left")
     label(ax, (10.3, 7.6), "cached per token, layer", fontsize=10, ha="left")
-    rows = _variant_rows(n_heads, n_kv_heads, latent_dim)
+    rows = _variant_rows(n_heads, n_kv_heads, latent_dim, head_dim)
     for row, (name, path, cached) in enumerate(rows):
         y = 6.6 - 1.2 * row
         box(ax, 4.7, y, 1.3, 0.8, name, color=LIGHT)
