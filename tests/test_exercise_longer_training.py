@@ -72,7 +72,15 @@ def test_an_empty_dict_is_not_attempted_yet(capsys):
 def test_a_loss_off_by_a_bit_at_step_400_fails():
     history = shipped_history("MQA", 2)
     off = with_loss_at_400(longer(history), history.validation_losses[-1] + 2e-5)
-    with pytest.raises(ExerciseError, match="the shipped MQA run with seed 2 ended at"):
+    with pytest.raises(ExerciseError, match="the shipped MQA run with seed 2 ended at") as error:
+        check_longer_training({("MQA", 2): off})
+    assert "another CPU or torch version" in str(error.value)
+
+
+def test_a_loss_far_from_the_shipped_one_is_told_how_to_train():
+    history = shipped_history("MQA", 2)
+    off = with_loss_at_400(longer(history), history.validation_losses[-1] + 0.05)
+    with pytest.raises(ExerciseError, match=r"train it with train_capstone_model\('MQA'"):
         check_longer_training({("MQA", 2): off})
 
 

@@ -160,6 +160,10 @@ def _check_history(label: str, history: object) -> float:
     return history.validation_losses[history.steps.index(_CHECK_STEP)]
 
 
+# Below this, a different loss at step 400 is rounding carried through training, not a bug.
+_CPU_DRIFT = 1e-3
+
+
 def _loss_hint(name: str, seed: int, loss: float, shipped: dict[str, list[float]]) -> str:
     for other, losses in shipped.items():
         for other_seed, shipped_loss in enumerate(losses):
@@ -169,6 +173,13 @@ def _loss_hint(name: str, seed: int, loss: float, shipped: dict[str, list[float]
                     f"under the key ({other!r}, {other_seed}), or train {name} with "
                     f"seed={seed}"
                 )
+    if abs(loss - shipped[name][seed]) < _CPU_DRIFT:
+        return (
+            "a gap this small is what another CPU or torch version can make (its sums round "
+            "in another order, and 400 steps carry the difference on), not a bug: if you "
+            f"called train_capstone_model({name!r}, ..., seed={seed}), compare your curve "
+            "with the shipped one by eye instead"
+        )
     return (
         f"train it with train_capstone_model({name!r}, len(vocab), train_ids, "
         f"validation_ids, steps=1500, seed={seed}): the same model, data and batch order "

@@ -5,7 +5,7 @@ import pytest
 from matplotlib import pyplot as plt
 
 from attnbook.bench.triton import TARGET_SPEED, read_shipped_run, speed_fraction
-from attnbook.book.triton_run_plot import plot_triton_run
+from attnbook.bench.triton_plot import plot_triton_run
 
 matplotlib.use("Agg")
 
