@@ -4,7 +4,7 @@ update, the chunked form, the Gated DeltaNet layer."""
 import pytest
 from helpers import figure_texts
 from matplotlib import pyplot as plt
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from attnbook.book.diagrams import (
     cache_versus_state,
@@ -93,6 +93,27 @@ def test_gated_deltanet_layer_draws_the_six_steps_in_order():
     assert "Gated DeltaNet: D = 32, H = 4 heads of d_head = 8" in shown
     assert any("d_head x d_head = 64 numbers" in text for text in shown)
     assert any("per layer, the last 3 inputs of the convolution, 3 x 3D = 288" in t for t in shown)
+
+
+def test_gated_deltanet_layer_draws_an_arrow_from_x_to_beta_and_to_alpha():
+    figure = gated_deltanet_layer()
+    ax = figure.axes[0]
+    boxes = {  # each box by the first line of the text centred in it
+        text.get_text().split("\n")[0]: patch
+        for patch in ax.patches
+        if isinstance(patch, FancyBboxPatch)
+        for text in ax.texts
+        if patch.get_bbox().contains(*text.get_position())
+    }
+    arrows = [p._posA_posB for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    plt.close(figure)
+
+    def on(point, name):  # on or inside the box, its edge included
+        x0, y0, x1, y1 = boxes[name].get_bbox().extents
+        return x0 <= point[0] <= x1 and y0 <= point[1] <= y1
+
+    for gate in ("beta_t = sigmoid(W_b x)", "alpha_t = exp(-e^A"):
+        assert any(on(start, "x") and on(end, gate) for start, end in arrows), gate
 
 
 def test_gated_deltanet_layer_follows_its_sizes_and_refuses_bad_ones():

@@ -5,14 +5,18 @@ model is measured again on the same fixed sequences and must give it (argmax tie
 could differ between CPUs: at most one answer in a hundred).
 """
 
+import math
+
 import pytest
 import torch
+from torch.nn import functional as F
 
 from attnbook.models.recall import (
     EVAL_PAIRS,
     ShortConvAttention,
     accuracy_by_pairs,
     build_recall_model,
+    decay_gates,
     held_floats,
     last_softmax_weights,
     load_recall_models,
@@ -138,3 +142,25 @@ def test_last_softmax_weights_are_the_explicit_paths_of_the_last_softmax_layer()
     assert not hybrid.blocks[1].attention._forward_pre_hooks  # the hook is gone
     with pytest.raises(ValueError, match=r"model: expected a softmax \('A'\) layer.*'GG'"):
         last_softmax_weights(build_recall_model(config, "GG"), tokens)
+
+
+def test_decay_gates_are_each_gated_deltanet_layers_alpha():
+    torch.manual_seed(0)
+    config = {"d_model": 16, "n_heads": 2, "n_layers": 4, "max_len": 16, "positions": "none"}
+    model = build_recall_model(config, "GAGG").double()
+    with torch.no_grad():  # block 2: a constant alpha, exp(-e^A softplus(b)) per head
+        model.blocks[2].attention.a_proj.weight.zero_()
+        model.blocks[2].attention.A_log.copy_(torch.tensor([0.0, 1.0]))
+        model.blocks[2].attention.dt_bias.copy_(torch.tensor([0.0, -1.0]))
+    tokens = torch.randint(0, 64, (3, 12))
+    alphas = decay_gates(model, tokens)
+    assert sorted(alphas) == [0, 2, 3] and alphas[0].shape == (3, 2, 12)
+    rate = torch.tensor([1.0, math.e], dtype=torch.float64) * F.softplus(
+        torch.tensor([0.0, -1.0], dtype=torch.float64)
+    )
+    expected = torch.exp(-rate)[None, :, None].expand(3, 2, 12)  # (B, H, T)
+    torch.testing.assert_close(alphas[2], expected, rtol=0, atol=1e-12)
+    assert alphas[0].std() > 0 and (alphas[0] > 0.9).all()  # from x, near DT_BIAS_INIT's
+    assert not any(block.attention._forward_pre_hooks for block in model.blocks)
+    with pytest.raises(ValueError, match=r"model: expected a Gated DeltaNet \('G'\).*'AA'"):
+        decay_gates(build_recall_model(config | {"n_layers": 2}, "AA"), tokens)

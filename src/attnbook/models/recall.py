@@ -165,6 +165,34 @@ def last_softmax_weights(model: TinyDecoder, tokens: Tensor) -> Tensor:
     return weights  # (B, H, T, T)
 
 
+@torch.no_grad()
+def decay_gates(model: TinyDecoder, tokens: Tensor) -> dict[int, Tensor]:
+    """Each Gated DeltaNet layer's decay alpha (B, H, T) on ``tokens`` (B, T), by block index.
+
+    The model runs as usual; a hook keeps what reaches each Gated DeltaNet ("G") layer, and the
+    layer's ``gates`` computes alpha from it. Refuses a model with no such layer.
+    """
+    if "G" not in model.layer_pattern:
+        raise ValueError(
+            f"model: expected a Gated DeltaNet ('G') layer in its layer_pattern, got "
+            f"{model.layer_pattern!r}"
+        )
+    kept = {}
+    hooks = [
+        block.attention.register_forward_pre_hook(
+            lambda module, args, index=index: kept.__setitem__(index, args[0])
+        )
+        for index, (kind, block) in enumerate(zip(model.layer_pattern, model.blocks, strict=True))
+        if kind == "G"
+    ]
+    try:
+        model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {index: model.blocks[index].attention.gates(x)[0] for index, x in kept.items()}
+
+
 def state_floats(model: TinyDecoder) -> int:
     """Floats a linear layer keeps per sequence (H * d_head^2 per layer), summed over layers.
 

@@ -210,7 +210,8 @@ def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: in
     Top row: x -> q, k, v projections -> causal convolution + SiLU -> L2 norm -> the gated delta
     rule, with the write strength beta and the decay alpha computed from x on the side. Bottom
     row, right to left: RMS norm per head -> times SiLU of the gate -> output projection. The
-    three boxes computed from x (beta, alpha, the gate) each say "from x".
+    three boxes computed from x (beta, alpha, the gate) each say "from x", and an arrow from x's
+    box reaches each of beta and alpha.
     """
     check_int("d_model", d_model)
     check_int("n_heads", n_heads)
@@ -218,9 +219,9 @@ def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: in
     if d_model % n_heads:
         raise ValueError(f"n_heads: expected a divisor of d_model = {d_model}, got {n_heads!r}")
     d_head = d_model // n_heads
-    ax = canvas(16.0, 8.2, inches_per_unit=0.62)
+    ax = canvas(16.0, 8.7, inches_per_unit=0.62)
     title = f"Gated DeltaNet: D = {d_model}, H = {n_heads} heads of d_head = {d_head}"
-    label(ax, (8.0, 7.85), title, fontsize=11)
+    label(ax, (8.0, 8.45), title, fontsize=11)
     top = [
         ("x\n(T, D)", LIGHT, 1.2),
         ("q, k, v\nprojections\n(T, 3D)", SKY, 2.0),
@@ -255,6 +256,7 @@ def gated_deltanet_layer(*, d_model: int = 32, n_heads: int = 4, conv_kernel: in
     arrow(ax, (rule - 0.8, 5.9), (rule + 0.8, 5.0))
     arrow(ax, (rule + 3.1, 5.9), (rule + 3.1, 5.0))
     arrow(ax, (0.8, 5.0), (rule - 2.4, 6.45), "from x", curve=-0.15)
+    arrow(ax, (0.5, 5.0), (rule + 2.1, 7.0), curve=-0.22)  # over beta's box, into alpha's
     bottom = [  # in the order the data flows, drawn right to left
         ("RMS norm\nper head,\nheads merged", GREEN, 2.4),
         ("x SiLU(gate)\ngate = W_g x,\nfrom x; (T, D)", YELLOW, 2.4),
