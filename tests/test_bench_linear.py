@@ -9,3 +9,9 @@ def test_quick_linear_benchmark_prints_both_tables():
     assert "Gated DeltaNet" in output and "softmax + KV cache" in output
     assert "not measured at this size" in output
     assert "Training step, forward + backward" in output and "chunked GDN" in output
+    assert "explicit softmax" in output and "fused SDPA" in output
+
+
+def test_training_seconds_times_three_forms():
+    times = linear.training_seconds(64, repeats=1)
+    assert len(times) == 3 and all(t > 0 for t in times)

@@ -8,7 +8,9 @@ Two tables, on the threads the suite runs with:
   4096. Target: the Gated DeltaNet layer's time at the longer T within
   :data:`TARGET_DECODE_RATIO` times its time at the shorter one (flat in T).
 * Training: forward + backward of the chunked gated delta rule (chunk 64) against explicit
-  causal attention over the same q, k, v, at T = 2048 and 4096. Reported, no target.
+  causal attention (which forms the T x T scores) and PyTorch's fused causal
+  ``F.scaled_dot_product_attention`` (which does not) over the same q, k, v, at T = 2048
+  and 4096. Reported, no target.
 
 ``--quick`` uses tiny sizes and one repeat (a smoke test; no verdict).
 """
@@ -72,8 +74,9 @@ def decode_table(quick: bool) -> str:
     return "\n".join(lines)
 
 
-def training_seconds(length: int, repeats: int) -> tuple[float, float]:
-    """Forward + backward seconds: chunked gated delta rule, and explicit causal attention."""
+def training_seconds(length: int, repeats: int) -> tuple[float, float, float]:
+    """Forward + backward seconds: chunked gated delta rule, explicit causal attention,
+    and PyTorch's fused causal attention."""
     generator = torch.Generator().manual_seed(0)
     shape = (1, N_HEADS, length, HEAD_DIM)
     q, k, v = (torch.randn(shape, generator=generator).requires_grad_() for _ in range(3))
@@ -89,16 +92,22 @@ def training_seconds(length: int, repeats: int) -> tuple[float, float]:
         out, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
         out.sum().backward()
 
-    return _median_seconds(linear_step, repeats), _median_seconds(softmax_step, repeats)
+    def fused_step():
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+
+    return tuple(_median_seconds(step, repeats) for step in (linear_step, softmax_step, fused_step))
 
 
 def training_table(quick: bool) -> str:
     lengths, repeats = ((128, 256), 1) if quick else ((2048, 4096), 3)
     lines = [f"Training step, forward + backward ({N_HEADS} heads of {HEAD_DIM})"]
-    lines.append(f"{'T':>6s}{'chunked GDN':>16s}{'explicit softmax':>20s}")
+    lines.append(f"{'T':>6s}{'chunked GDN':>16s}{'explicit softmax':>20s}{'fused SDPA':>16s}")
     for length in lengths:
-        linear, softmax = training_seconds(length, repeats)
-        lines.append(f"{length:6d}{1e3 * linear:13.1f} ms{1e3 * softmax:17.1f} ms")
+        linear, softmax, fused = training_seconds(length, repeats)
+        lines.append(
+            f"{length:6d}{1e3 * linear:13.1f} ms{1e3 * softmax:17.1f} ms{1e3 * fused:13.1f} ms"
+        )
     lines.append("reported only: no target")
     return "\n".join(lines)
 
