@@ -15,3 +15,9 @@ def test_quick_linear_benchmark_prints_both_tables():
 def test_training_seconds_times_three_forms():
     times = linear.training_seconds(64, repeats=1)
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_decode_seconds_times_every_length_after_its_own_prompt():
+    layer = linear.GatedDeltaNet(linear.D_MODEL, linear.N_HEADS)
+    times = linear.decode_seconds(layer, (8, 16, 32), steps=2)
+    assert len(times) == 3 and all(t > 0 for t in times)

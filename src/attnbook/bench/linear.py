@@ -41,13 +41,27 @@ def _median_seconds(step, repeats: int) -> float:
 
 
 @torch.no_grad()
-def decode_seconds(layer, length: int, steps: int) -> float:
-    """Median seconds per token of ``steps`` one-token calls after a ``length``-token prompt."""
+def decode_seconds(layer, lengths: tuple[int, ...], steps: int) -> list[float]:
+    """Median seconds per token of ``steps`` one-token calls after a prompt of each length.
+
+    The lengths take turns, one call each per round (after one untimed call each), so that a
+    busy spell of a shared machine slows them alike and their ratio keeps its meaning.
+    """
     kwargs = {} if isinstance(layer, GatedDeltaNet) else {"is_causal": True}
-    cache = layer.new_cache()
-    layer(torch.randn(1, length, layer.d_model), cache=cache, **kwargs)  # (1, T, D) prompt
+    caches = []
+    for length in lengths:
+        cache = layer.new_cache()
+        layer(torch.randn(1, length, layer.d_model), cache=cache, **kwargs)  # (1, T, D) prompt
+        caches.append(cache)
     token = torch.randn(1, 1, layer.d_model)  # (1, 1, D)
-    return _median_seconds(lambda: layer(token, cache=cache, **kwargs), steps)
+    times = [[] for _ in lengths]
+    for round_ in range(steps + 1):
+        for cache, timed in zip(caches, times, strict=True):
+            start = time.perf_counter()
+            layer(token, cache=cache, **kwargs)
+            if round_ > 0:  # round 0 warms up
+                timed.append(time.perf_counter() - start)
+    return [statistics.median(timed) for timed in times]
 
 
 def decode_table(quick: bool) -> str:
@@ -56,7 +70,7 @@ def decode_table(quick: bool) -> str:
     linear = GatedDeltaNet(D_MODEL, N_HEADS)
     softmax = GroupedQueryAttention(D_MODEL, N_HEADS, N_HEADS)
     times = {
-        name: [decode_seconds(layer, length, steps) for length in lengths]
+        name: decode_seconds(layer, lengths, steps)
         for name, layer in (("Gated DeltaNet", linear), ("softmax + KV cache", softmax))
     }
     lines = [f"Decoding one token after T tokens (D = {D_MODEL}, {N_HEADS} heads)"]
