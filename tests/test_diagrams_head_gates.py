@@ -27,7 +27,7 @@ def test_every_head_has_its_gate_then_its_slice_of_w_o(n_heads, removed):
         assert to_hex(boxes[3 * h].get_facecolor()) == to_hex(expected)
     zero_gates = [text for text in texts if "= 0$" in text]
     assert len(zero_gates) == (removed is not None)
-    assert "sum\nover h" in texts and "MHA(x)\n(B, T, D)" in texts
+    assert "sum\nover h\n$+\\, b_O$" in texts and "MHA(x)\n(B, T, D)" in texts
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 One multi-head layer, left to right, written as chapter 5's concatenation turned into a sum:
 each head's output (B, T, d_head) is multiplied by its gate xi_h, then by W_O^h, the d_head
-rows of W_O that it meets, and the H products are added into the layer's output (B, T, D).
+rows of W_O that it meets, and the H products and the bias b_O are added into the layer's
+output (B, T, D).
 One head is drawn removed (xi = 0, in grey): its product is zero, whatever the head computed.
 """
 
@@ -16,7 +17,7 @@ REMOVED = "#9e9e9e"  # grey: a head whose gate is 0
 
 
 def head_gates(*, n_heads: int = 3, removed: int | None = 1) -> Figure:
-    """Draw head_h(x) -> x xi_h -> W_O^h -> sum for ``n_heads`` heads, ``removed`` gated to 0.
+    """Draw head_h(x) -> x xi_h -> W_O^h -> sum + b_O for ``n_heads`` heads, ``removed`` at 0.
 
     ``removed``: the index of the head drawn with xi = 0, or None to draw every gate at 1.
     """
@@ -51,7 +52,7 @@ def head_gates(*, n_heads: int = 3, removed: int | None = 1) -> Figure:
             ax, 6.4, y - 0.4, 2.2, 0.8, f"$\\cdot\\, W_O^{h}$\n(d_head, D)", color=LIGHT, fontsize=8
         )
         arrow(ax, (8.6, y), (9.6, middle), color=color)
-    box(ax, 9.6, middle - 0.5, 1.2, 1.0, "sum\nover h", fontsize=9)
+    box(ax, 9.6, middle - 0.6, 1.2, 1.2, "sum\nover h\n$+\\, b_O$", fontsize=9)
     arrow(ax, (10.8, middle), (11.5, middle))
     box(ax, 11.5, middle - 0.5, 2.3, 1.0, "MHA(x)\n(B, T, D)", fontsize=9)
     label(ax, (7.0, height - 0.3), "model(x, head_mask=gates): gates (L, H), one $\\xi$ per head")
