@@ -37,6 +37,7 @@ from attnbook.models.capstone import (
     SEED_HISTORIES,
     VALIDATION_FRACTION,
     VARIANTS,
+    seed_run_record,
     seeds_config,
     train_capstone_model,
 )
@@ -84,25 +85,17 @@ def main() -> None:
     for (name, seed, lr), result in results.items():
         rate = "" if lr is None else f" lr {lr:g}"
         print(f"{name} seed {seed}{rate}: validation loss {result['validation_losses'][-1]:.4f}")
-    vocabulary = CharVocabulary(load_genesis())
-    config = seeds_config(len(vocabulary))
-    if args.steps is not None:
-        config["training"] = dict(config["training"], steps=args.steps)
-    result = {
-        "made_by": " ".join(["python scripts/train_capstone_seeds.py", *sys.argv[1:]]),
-        "config": config,
-        "variants": args.variants,
-        "seeds": args.seeds,
-        "seed_fixes": "the initial weights (torch.manual_seed) and the batch order",
-        "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
-    }
+    config = seeds_config(len(CharVocabulary(load_genesis())))
+    made_by = " ".join(["python scripts/train_capstone_seeds.py", *sys.argv[1:]])
+    result = {**seed_run_record(made_by, config, args.seeds, args.steps), "variants": args.variants}
     if args.lr is None:
         result["histories"] = {
             name: {str(seed): results[name, seed, None] for seed in args.seeds}
             for name in args.variants
         }
     else:
-        config["training"] = {key: v for key, v in config["training"].items() if key != "lr"}
+        training = result["config"]["training"]
+        result["config"]["training"] = {key: v for key, v in training.items() if key != "lr"}
         result["learning_rates"] = args.lr
         result["final_validation_losses"] = {
             f"{lr:g}": {

@@ -37,6 +37,8 @@ from attnbook.models.capstone import (
     fit_capstone_model,
     load_capstone_models,
     mla_rescaled_config,
+    scale_mla_up_projections,
+    seed_run_record,
 )
 from attnbook.models.shipped import write_run_record
 
@@ -51,10 +53,7 @@ def train_one(seed: int, factor: float, steps: int | None) -> dict:
     vocabulary = CharVocabulary(text)
     train_ids, validation_ids = train_validation_split(vocabulary.encode(text), VALIDATION_FRACTION)
     model = build_capstone_model("MLA", len(vocabulary), seed=seed)
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attention.k_up.weight.mul_(factor)
-            block.attention.v_up.weight.mul_(factor)
+    scale_mla_up_projections(model, factor)
     start = time.perf_counter()
     history = fit_capstone_model(model, train_ids, validation_ids, steps=steps, seed=seed)
     return {**asdict(history), "training_seconds": round(time.perf_counter() - start, 1)}
@@ -89,14 +88,9 @@ def main() -> None:
     for seed, result in histories.items():
         print(f"MLA x {args.factor:.4f}, seed {seed}: {result['validation_losses'][-1]:.5f}")
     config = mla_rescaled_config(len(CharVocabulary(load_genesis())), args.factor)
-    if args.steps is not None:
-        config["training"] = dict(config["training"], steps=args.steps)
+    made_by = " ".join(["python scripts/train_mla_rescaled.py", *sys.argv[1:]])
     result = {
-        "made_by": " ".join(["python scripts/train_mla_rescaled.py", *sys.argv[1:]]),
-        "config": config,
-        "seeds": args.seeds,
-        "seed_fixes": "the initial weights (torch.manual_seed) and the batch order",
-        "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
+        **seed_run_record(made_by, config, args.seeds, args.steps),
         "histories": histories,
         "control": {
             "factor": 1.0,

@@ -148,3 +148,13 @@ def load_script(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def assert_repeats_first_evaluations(history, recorded, tolerance=1e-5):
+    """A short live ``history`` repeats the first evaluations of a shipped ``recorded`` one:
+    the same steps, each validation loss within ``tolerance``."""
+    count = len(history.steps)
+    assert history.steps == recorded.steps[:count]
+    pairs = zip(history.validation_losses, recorded.validation_losses[:count], strict=True)
+    for live, shipped in pairs:
+        assert abs(live - shipped) <= tolerance, (live, shipped)

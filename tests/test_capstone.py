@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from exercise_answers import start_of_word_weight
+from helpers import assert_repeats_first_evaluations
 
 from attnbook import (
     CharVocabulary,
@@ -188,11 +189,8 @@ def test_the_recipes_first_steps_repeat_the_shipped_history(loaded, split, varia
         variant, len(vocabulary), train_ids, validation_ids, steps=check_steps
     )
     recorded = loaded.histories[variant]
-    assert history.steps == recorded.steps[:2] == [0, check_steps]
-    for live, shipped in zip(
-        history.validation_losses, recorded.validation_losses[:2], strict=True
-    ):
-        assert abs(live - shipped) <= 1e-5, (variant, live, shipped)
+    assert history.steps == [0, check_steps]
+    assert_repeats_first_evaluations(history, recorded)
 
 
 def test_exercise_3s_solution_finds_the_start_of_word_heads(loaded, split):
@@ -276,11 +274,7 @@ def test_the_seed_histories_repeat_a_fresh_run_with_that_seed(split):
     _, history = train_capstone_model(
         "GQA", len(vocabulary), train_ids, validation_ids, steps=check_steps, seed=1
     )
-    assert history.steps == recorded.steps[:2]
-    for live, shipped in zip(
-        history.validation_losses, recorded.validation_losses[:2], strict=True
-    ):
-        assert abs(live - shipped) <= 1e-5, (live, shipped)
+    assert_repeats_first_evaluations(history, recorded)
 
 
 def test_a_seed_file_from_other_settings_or_missing_is_refused(monkeypatch):
@@ -346,3 +340,13 @@ def test_a_seed_changes_the_initial_weights_and_the_default_is_the_shipped_one(s
     one = build_capstone_model("MQA", len(vocabulary), seed=1).state_dict()
     assert all(torch.equal(default[key], zero[key]) for key in default)
     assert not torch.equal(default["token_embedding.weight"], one["token_embedding.weight"])
+
+
+def test_a_seed_run_record_overrides_only_the_step_count():
+    config = {"model": {"vocab_size": 65}, "training": {"steps": 400, "lr": 3e-3}}
+    record = capstone.seed_run_record("python scripts/x.py", config, [1, 2], steps=25)
+    assert record["made_by"] == "python scripts/x.py" and record["seeds"] == [1, 2]
+    assert record["config"]["training"] == {"steps": 25, "lr": 3e-3}
+    assert config["training"]["steps"] == 400  # the caller's config is left as it was
+    unchanged = capstone.seed_run_record("python scripts/x.py", config, [1], steps=None)
+    assert unchanged["config"] is config and "batch order" in unchanged["seed_fixes"]

@@ -5,8 +5,9 @@ import math
 
 import pytest
 import torch
+from helpers import assert_repeats_first_evaluations
 
-from attnbook import CharVocabulary, load_genesis, train_language_model, train_validation_split
+from attnbook import CharVocabulary, load_genesis, train_validation_split
 from attnbook.models import capstone
 from attnbook.models.shipped import shipped_file
 
@@ -51,28 +52,21 @@ def test_the_recipes_first_steps_repeat_the_rescaled_run():
         vocabulary.encode(text), capstone.VALIDATION_FRACTION
     )
     model = capstone.build_capstone_model("MLA", len(vocabulary), seed=1)
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attention.k_up.weight.mul_(math.sqrt(3))
-            block.attention.v_up.weight.mul_(math.sqrt(3))
+    capstone.scale_mla_up_projections(model, math.sqrt(3))
     check_steps = capstone.TRAINING["eval_every"]
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        history = train_language_model(
-            model,
-            train_ids,
-            validation_ids,
-            **dict(capstone.TRAINING, steps=check_steps, seed=1),
-        )
-    finally:
-        torch.set_num_threads(previous_threads)
-    recorded = capstone.load_mla_rescaled()["histories"][1]
-    assert history.steps == recorded.steps[:2]
-    for live, shipped in zip(
-        history.validation_losses, recorded.validation_losses[:2], strict=True
-    ):
-        assert abs(live - shipped) <= 1e-5, (live, shipped)
+    history = capstone.fit_capstone_model(
+        model, train_ids, validation_ids, steps=check_steps, seed=1
+    )
+    assert_repeats_first_evaluations(history, capstone.load_mla_rescaled()["histories"][1])
+
+
+def test_scaling_the_up_projections_touches_only_k_up_and_v_up():
+    model = capstone.build_capstone_model("MLA", 10, seed=0)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    capstone.scale_mla_up_projections(model, 3.0)
+    for name, parameter in model.named_parameters():
+        factor = 3.0 if name.endswith(("k_up.weight", "v_up.weight")) else 1.0
+        torch.testing.assert_close(parameter, before[name] * factor, rtol=0, atol=0)
 
 
 def test_a_rescaled_file_from_other_settings_or_missing_is_refused(monkeypatch):

@@ -142,17 +142,38 @@ def fit_capstone_model(
     """Train a built capstone ``model`` in place as :func:`train_capstone_model` does (its
     ``TRAINING``, one CPU thread, ``steps``, ``seed`` and ``lr`` the same overrides); for a
     model changed between building and training, such as MLA with rescaled up-projections."""
-    settings = dict(TRAINING, steps=TRAINING["steps"] if steps is None else steps)
-    if seed is not None:
-        settings["seed"] = seed
-    if lr is not None:
-        settings["lr"] = lr
+    overrides = {"steps": steps, "seed": seed, "lr": lr}
+    settings = TRAINING | {key: value for key, value in overrides.items() if value is not None}
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         return train_language_model(model, train_ids, validation_ids, **settings)
     finally:
         torch.set_num_threads(previous_threads)
+
+
+def scale_mla_up_projections(model: TinyDecoder, factor: float) -> None:
+    """Multiply every MLA layer's ``k_up`` and ``v_up`` weights by ``factor``, in place: the
+    rescaling behind ``data/mla_rescaled.json`` (``factor`` sqrt(3) there)."""
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attention.k_up.weight.mul_(factor)
+            block.attention.v_up.weight.mul_(factor)
+
+
+def seed_run_record(made_by: str, config: dict, seeds: list[int], steps: int | None) -> dict:
+    """The fields a seed script's record starts with: the command that made it (``made_by``),
+    ``config`` with ``steps`` (if given) in place of its training's step count, the seeds, what a
+    seed fixes and which text the runs trained on."""
+    if steps is not None:
+        config = dict(config, training=dict(config["training"], steps=steps))
+    return {
+        "made_by": made_by,
+        "config": config,
+        "seeds": seeds,
+        "seed_fixes": "the initial weights (torch.manual_seed) and the batch order",
+        "data": "data/genesis_kjv.txt, first 90 % for training, last 10 % for validation",
+    }
 
 
 def capstone_config(vocab_size: int) -> dict:
