@@ -165,12 +165,36 @@ def check_flash_exp2(fn: Callable) -> None:
     _succeed("output within 1e-5 of SDPA, and lse2 * ln 2 is the natural log-sum-exp")
 
 
-def _delta_inputs() -> tuple[torch.Tensor, ...]:
-    """(q, k, v, out, grad_out): 2 heads, T = 50 queries, S = 70 keys, d = 16, out from SDPA."""
+def _backward_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    """(q, k, v, grad_out): 2 heads, T = 50 queries, S = 70 keys, d = 16, on the kernels' device."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    generator = _generator(18)
+    generator = _generator(seed)
     shapes = ((1, 2, 50, 16), (1, 2, 70, 16), (1, 2, 70, 16), (1, 2, 50, 16))
-    q, k, v, grad_out = (torch.randn(s, generator=generator).to(device) for s in shapes)
+    return tuple(torch.randn(s, generator=generator).to(device) for s in shapes)
+
+
+def _weights_and_their_gradient(q, k, v, grad_out) -> tuple[torch.Tensor, torch.Tensor]:
+    """A = softmax(Q K^T * scale) and dA = dO V^T, both (B, H, T, S), in float64."""
+    scale = q.size(-1) ** -0.5
+    weights = F.softmax(q.double() @ k.double().transpose(-2, -1) * scale, dim=-1)
+    return weights, grad_out.double() @ v.double().transpose(-2, -1)
+
+
+def _fail_on_layout(call: str, wrong: torch.Tensor, offsets: str) -> None:
+    """Name a head offset or a missed last block from the pattern of ``wrong`` rows (B, H, T)."""
+    if not wrong[:, 0].any():
+        _fail(f"{call}: head 0 is right but head 1 is not: batch-head bh's rows start at {offsets}")
+    if not wrong[..., :32].any():
+        rows = wrong.nonzero()[:, -1]
+        _fail(
+            f"{call}: rows {int(rows.min())}..{int(rows.max())} are wrong, the first 32 right: "
+            "launch cdiv(T, BLOCK) programs and mask the last block's rows past T"
+        )
+
+
+def _delta_inputs() -> tuple[torch.Tensor, ...]:
+    """(q, k, v, out, grad_out): :func:`_backward_inputs` and out from SDPA."""
+    q, k, v, grad_out = _backward_inputs(18)
     # (B, H, T, d); contiguous, as the kernel's pointer arithmetic assumes: on a GPU, SDPA's
     # flash and memory-efficient backends return a (B, T, H, d) layout seen through strides
     out = F.scaled_dot_product_attention(q, k, v).contiguous()
@@ -189,34 +213,15 @@ def check_delta_rows(fn: Callable) -> None:
         _fail(
             f"{call} should return delta of shape {tuple(out.shape[:-1])}, got {tuple(delta.shape)}"
         )
-    weights = F.softmax(q.double() @ k.double().transpose(-2, -1) / 4.0, dim=-1)  # (B, H, T, S)
-    d_weights = grad_out.double() @ v.double().transpose(-2, -1)  # (B, H, T, S)
+    weights, d_weights = _weights_and_their_gradient(q, k, v, grad_out)  # (B, H, T, S) each
     expected = (weights * d_weights).sum(dim=-1)  # (B, H, T)
     wrong = ~torch.isclose(delta.double(), expected, atol=1e-5, rtol=0)  # (B, H, T)
     if not wrong.any():
         _succeed("delta = rowsum(dO * O) within 1e-5 of rowsum(A * dA), in every head and row")
         return
-    if not wrong[:, 0].any():
-        _fail(
-            f"{call}: head 0 is right but head 1 is not: batch-head bh's rows start at "
-            "bh * T * d, both in O and dO and in delta (at bh * T)"
-        )
-    if not wrong[..., :32].any():
-        rows = wrong.nonzero()[:, -1]
-        _fail(
-            f"{call}: rows {int(rows.min())}..{int(rows.max())} are wrong, the first 32 right: "
-            "launch cdiv(T, BLOCK) programs and mask the last block's rows past T"
-        )
+    _fail_on_layout(call, wrong, "bh * T * d, both in O and dO and in delta (at bh * T)")
     error = (delta.double() - expected).abs().max().item()
     _fail(f"{call}: delta differs from rowsum(A * dA) by up to {error:.2g}; sum dO * O along d")
-
-
-def _dq_inputs() -> tuple[torch.Tensor, ...]:
-    """(q, k, v, grad_out): 2 heads, T = 50 queries, S = 70 keys, d = 16, on the kernels' device."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    generator = _generator(19)
-    shapes = ((1, 2, 50, 16), (1, 2, 70, 16), (1, 2, 70, 16), (1, 2, 50, 16))
-    return tuple(torch.randn(s, generator=generator).to(device) for s in shapes)
 
 
 @_checker
@@ -227,7 +232,7 @@ def check_dq_kernel(fn: Callable) -> None:
     is not a function."""
     if not callable(fn):
         raise ValueError(f"fn: expected a function small_dq(q, k, v, grad_out), got {fn!r}")
-    q, k, v, grad_out = _dq_inputs()
+    q, k, v, grad_out = _backward_inputs(19)
     call = "small_dq(q, k, v, grad_out) with 2 heads, T = 50, S = 70, d = 16"
     dq = _as_tensor(_call_kernel(fn, call, q, k, v, grad_out), call, "dq, a tensor like q")
     if dq.shape != q.shape:
@@ -247,24 +252,14 @@ def check_dq_kernel(fn: Callable) -> None:
             f"{call}: dq is {1 / scale:g} times SDPA's, 1 / scale: dQ = dZ K * scale; multiply "
             "by the scale once, when dq is stored"
         )
-    weights = F.softmax(leaves[0].detach() @ leaves[1].detach().transpose(-2, -1) * scale, -1)
-    d_weights = grad_out.double() @ v.double().transpose(-2, -1)  # (B, H, T, S)
+    weights, d_weights = _weights_and_their_gradient(q, k, v, grad_out)  # (B, H, T, S) each
     no_delta = (weights * d_weights) @ k.double() * scale  # (B, H, T, d)
     if _close(dq, no_delta, atol=2e-5, rtol=0):
         _fail(
             f"{call}: dq is (A * dA) K * scale; subtract each row's delta = rowsum(dO * O) "
             "first: dZ = A * (dA - delta)"
         )
-    if not wrong[:, 0].any():
-        _fail(
-            f"{call}: head 0 is right but head 1 is not: batch-head bh's rows start at "
-            "bh * T * d in Q, dO and dQ, at bh * S * d in K and V, at bh * T in lse and delta"
-        )
-    if not wrong[..., :32].any():
-        rows = wrong.nonzero()[:, -1]
-        _fail(
-            f"{call}: rows {int(rows.min())}..{int(rows.max())} are wrong, the first 32 right: "
-            "launch cdiv(T, BLOCK) programs and mask the last block's rows past T"
-        )
+    offsets = "bh * T * d in Q, dO and dQ, at bh * S * d in K and V, at bh * T in lse and delta"
+    _fail_on_layout(call, wrong, offsets)
     error = (dq.double() - expected).abs().max().item()
     _fail(f"{call}: dq differs from SDPA's autograd in float64 by up to {error:.2g}")
