@@ -35,6 +35,28 @@ def test_cache_versus_state_follows_its_sizes():
     assert any("t = 3: 3 keys and 3 values" in text for text in shown)
 
 
+def test_cache_versus_state_points_query_t_at_every_row_of_the_cache():
+    for length in (3, 6):
+        figure = cache_versus_state(length=length)
+        ax = figure.axes[0]
+        boxes = [  # (text centred in the box, its extents)
+            (text.get_text(), patch.get_bbox().extents)
+            for patch in ax.patches
+            if isinstance(patch, FancyBboxPatch)
+            for text in ax.texts
+            if patch.get_bbox().contains(*text.get_position())
+        ]
+        arrows = [p._posA_posB for p in ax.patches if isinstance(p, FancyArrowPatch)]
+        plt.close(figure)
+        query = min((extents for text, extents in boxes if text == "q_t"), key=lambda e: e[0])
+        fan = [end for start, end in arrows if start[0] == query[0]]
+        assert len(fan) == length
+        for row in range(1, length + 1):  # one arrow ends just right of v_row, level with it
+            _, y0, x1, y1 = next(extents for text, extents in boxes if text == f"v_{row}")
+            hits = [end for end in fan if x1 <= end[0] <= x1 + 0.1 and y0 <= end[1] <= y1]
+            assert len(hits) == 1, row
+
+
 def test_delta_rule_update_shows_erase_fade_write_and_the_moved_read():
     shown = figure_texts(delta_rule_update())
     steps = [text for text in shown if text.startswith(("erase", "fade", "write"))]

@@ -29,7 +29,9 @@ __all__ = [
 
 
 def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure:
-    """Left: a KV cache of ``length`` rows that query t reads whole. Right: one d_k x d_v state.
+    """Left: a KV cache of ``length`` rows, an arrow from query t to each. Right: one state.
+
+    The state has d_k x d_v numbers, and d_k more for the normaliser.
 
     The state is linear attention's running sum (S and the normaliser z, before the delta rule
     and the gate change how it is written), updated by each token and read by the query with a
@@ -42,8 +44,10 @@ def cache_versus_state(*, length: int = 6, d_k: int = 4, d_v: int = 4) -> Figure
         box(ax, 0.5, y, 1.6, 0.5, f"k_{row + 1}", color=SKY, fontsize=9)
         box(ax, 2.3, y, 1.6, 0.5, f"v_{row + 1}", color=SKY, fontsize=9)
     bottom = 5.6 - (length - 1) * 0.62
-    box(ax, 4.6, 3.4, 1.2, 0.7, "q_t")
-    arrow(ax, (4.6, 3.75), (3.95, 3.75), "")
+    middle = (5.6 + bottom) / 2 + 0.25  # the height halfway between the first and last rows
+    box(ax, 5.0, middle - 0.35, 1.2, 0.7, "q_t")
+    for row in range(length):  # one arrow to every row: the query reads the whole cache
+        arrow(ax, (5.0, middle), (3.95, 5.85 - row * 0.62))
     label(
         ax,
         (2.2, bottom - 0.55),
