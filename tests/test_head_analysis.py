@@ -566,3 +566,31 @@ def test_position_only_scores_refuse_a_layer_that_is_not_plain_attention():
     model.blocks[0].attention.window = 4  # a sliding window: the scores alone would mislead
     with raises("model: expected plain softmax attention in layer 0"):
         analysis.position_only_scores(model)
+
+
+def test_student_t_quantile_matches_closed_forms_and_a_table():
+    # 1 degree of freedom is Cauchy: t = tan(pi (p - 1/2)); 2 have a closed form
+    for p in (0.6, 0.9, 0.975, 0.999):
+        assert analysis.student_t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)))
+        closed = (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+        assert analysis.student_t_quantile(p, 2) == pytest.approx(closed, rel=1e-8)
+    # two-sided 95% values of any t table, to their 4 printed decimals
+    for df, table in ((7, 2.3646), (11, 2.2010), (31, 2.0395), (120, 1.9799)):
+        assert analysis.student_t_quantile(0.975, df) == pytest.approx(table, abs=5e-5)
+    assert analysis.student_t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-8)
+    assert analysis.student_t_quantile(0.025, 7) == -analysis.student_t_quantile(0.975, 7)
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "message"),
+    [
+        (1.0, 7, "p: expected a probability"),
+        (0.0, 7, "p: expected"),
+        (True, 7, "p: expected"),
+        (0.9, 0, "df: expected a positive int"),
+        (0.9, 2.5, "df: expected"),
+    ],
+)
+def test_student_t_quantile_rejects_bad_arguments(p, df, message):
+    with raises(message):
+        analysis.student_t_quantile(p, df)

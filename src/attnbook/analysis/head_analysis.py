@@ -571,3 +571,39 @@ def supported_orderings(losses: dict, n_standard_errors: float = 2.0) -> set[tup
     upper = {key: mean + n_standard_errors * error for key, (mean, _, error) in spread.items()}
     lower = {key: mean - n_standard_errors * error for key, (mean, _, error) in spread.items()}
     return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """Student's t with ``df`` degrees of freedom at cumulative probability ``p``.
+
+    With x = sqrt(df) tan(theta) the distribution function becomes
+    F(t) = 1/2 + c * integral_0^theta cos(phi)^(df - 1) dphi, theta = atan(t / sqrt(df)),
+    c = Gamma((df + 1) / 2) / (sqrt(pi) Gamma(df / 2)): a smooth integral over a bounded range,
+    taken here by Simpson's rule and solved for theta by bisection (about 1e-9 in theta).
+    ``student_t_quantile(0.975, 7)`` is the 2.36 of a two-sided 95% interval over 8 values;
+    ``student_t_quantile(1 - 0.025 / m, df)`` is the Bonferroni bar for m tests at once.
+    """
+    check_int("df", df)
+    if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 < p < 1.0:
+        raise ValueError(f"p: expected a probability strictly between 0 and 1, got {p!r}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    steps = 2000  # even: Simpson's rule
+
+    def above_half(theta: float) -> float:
+        """F(sqrt(df) tan(theta)) - 1/2."""
+        width = theta / steps
+        total = 1.0 + math.cos(theta) ** (df - 1)  # the two ends, cos(0) = 1
+        for i in range(1, steps):
+            total += (4 if i % 2 else 2) * math.cos(i * width) ** (df - 1)
+        return scale * total * width / 3
+
+    low, high = 0.0, math.pi / 2
+    while high - low > 1e-10:
+        middle = (low + high) / 2
+        if above_half(middle) < p - 0.5:
+            low = middle
+        else:
+            high = middle
+    return math.sqrt(df) * math.tan((low + high) / 2)
