@@ -1,5 +1,6 @@
 """Head statistics, roles, ablation, gradient importance and pruning on hand-made cases; the
-statistics over seeds; the shipped head-count comparison (data/head_count_comparison.json)."""
+statistics over seeds; the shipped head-count comparison (data/head_count_comparison.json) and
+random pruning orders (data/pruning_random_orders.json)."""
 
 import json
 import math
@@ -9,8 +10,17 @@ import torch
 import torch.nn.functional as F
 from helpers import raises
 
-from attnbook import CharVocabulary, TinyDecoder, load_genesis, shipped_file, train_validation_split
+from attnbook import (
+    CharVocabulary,
+    TinyDecoder,
+    load_genesis,
+    load_reference_model,
+    sequential_batches,
+    shipped_file,
+    train_validation_split,
+)
 from attnbook.analysis import head_analysis as analysis
+from attnbook.models.shipped import sha256_of
 
 CHARACTERS = list(" abc.")
 
@@ -566,3 +576,55 @@ def test_position_only_scores_refuse_a_layer_that_is_not_plain_attention():
     model.blocks[0].attention.window = 4  # a sliding window: the scores alone would mislead
     with raises("model: expected plain softmax attention in layer 0"):
         analysis.position_only_scores(model)
+
+
+def test_student_t_quantile_matches_closed_forms_and_a_table():
+    # 1 degree of freedom is Cauchy: t = tan(pi (p - 1/2)); 2 have a closed form
+    for p in (0.6, 0.9, 0.975, 0.999):
+        assert analysis.student_t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)))
+        closed = (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+        assert analysis.student_t_quantile(p, 2) == pytest.approx(closed, rel=1e-8)
+    # two-sided 95% values of any t table, to their 4 printed decimals
+    for df, table in ((7, 2.3646), (11, 2.2010), (31, 2.0395), (120, 1.9799)):
+        assert analysis.student_t_quantile(0.975, df) == pytest.approx(table, abs=5e-5)
+    assert analysis.student_t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-8)
+    assert analysis.student_t_quantile(0.025, 7) == -analysis.student_t_quantile(0.975, 7)
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "message"),
+    [
+        (1.0, 7, "p: expected a probability"),
+        (0.0, 7, "p: expected"),
+        (True, 7, "p: expected"),
+        (0.9, 0, "df: expected a positive int"),
+        (0.9, 2.5, "df: expected"),
+    ],
+)
+def test_student_t_quantile_rejects_bad_arguments(p, df, message):
+    with raises(message):
+        analysis.student_t_quantile(p, df)
+
+
+def test_the_shipped_random_pruning_orders_are_pruning_curves_of_the_reference_model():
+    """data/pruning_random_orders.json: seeds 0 to 107, 33 points each, every curve from the
+    same loss with every head to the same with none; seed 5's curve recomputed on the
+    chapter's 12 held-out windows; data/README.md records the file's sha256."""
+    data = shipped_file("pruning_random_orders.json").read_bytes()
+    record = json.loads(data)
+    assert record["seeds"] == list(range(108))
+    assert record["windows"] == {"validation_fraction": 0.1, "first": 8, "count": 12}
+    curves = torch.tensor(record["curves"], dtype=torch.float64)  # (108, 33)
+    assert curves.shape == (108, 33)
+    assert (curves[:, 0] == curves[0, 0]).all() and (curves[:, -1] == curves[0, -1]).all()
+    reference = load_reference_model("cpu")
+    ids = reference.vocabulary.encode(load_genesis())
+    _, validation_ids = train_validation_split(ids, 0.1)
+    windows, targets = sequential_batches(
+        validation_ids, reference.manifest["config"]["max_len"], 20
+    )
+    permutation = torch.randperm(32, generator=torch.Generator().manual_seed(5))
+    order = [divmod(i, 8) for i in permutation.tolist()]
+    live = analysis.pruning_curve(reference.model, windows[8:], targets[8:], order)
+    assert torch.allclose(torch.tensor(live, dtype=torch.float64), curves[5], atol=1e-4)
+    assert sha256_of(data) in shipped_file("README.md").read_text()

@@ -571,3 +571,29 @@ def supported_orderings(losses: dict, n_standard_errors: float = 2.0) -> set[tup
     upper = {key: mean + n_standard_errors * error for key, (mean, _, error) in spread.items()}
     lower = {key: mean - n_standard_errors * error for key, (mean, _, error) in spread.items()}
     return {(a, b) for a in losses for b in losses if a != b and upper[a] < lower[b]}
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """Student's t with ``df`` degrees of freedom at probability ``p``, e.g. 2.36 for (0.975, 7).
+
+    x = sqrt(df) tan(theta) turns F(t) - 1/2 into c * integral_0^theta cos^(df - 1), c =
+    Gamma((df + 1) / 2) / (sqrt(pi) Gamma(df / 2)): Simpson's rule, then bisection on theta.
+    """
+    check_int("df", df)
+    if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 < p < 1.0:
+        raise ValueError(f"p: expected a probability strictly between 0 and 1, got {p!r}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+
+    def above_half(theta: float, steps: int = 2000) -> float:  # F(sqrt(df) tan theta) - 1/2
+        total = 1.0 + math.cos(theta) ** (df - 1)  # Simpson: the two ends, cos(0) = 1
+        for i in range(1, steps):
+            total += (4 if i % 2 else 2) * math.cos(i * theta / steps) ** (df - 1)
+        return scale * total * theta / (3 * steps)
+
+    low, high = 0.0, math.pi / 2
+    while high - low > 1e-10:
+        middle = (low + high) / 2
+        low, high = (middle, high) if above_half(middle) < p - 0.5 else (low, middle)
+    return math.sqrt(df) * math.tan((low + high) / 2)
