@@ -20,6 +20,7 @@ from attnbook import (
     train_validation_split,
 )
 from attnbook.analysis import head_analysis as analysis
+from attnbook.analysis.query_ablation import query_ablation_increase
 from attnbook.models.shipped import sha256_of
 
 CHARACTERS = list(" abc.")
@@ -181,6 +182,28 @@ def test_ablation_per_window_is_each_window_s_own_loss_change(model_and_batch):
     torch.testing.assert_close(each.mean(dim=0), pooled, rtol=0, atol=1e-12)
     with raises("per_window: expected True or False, got 1"):
         analysis.ablation_increase(model, inputs, targets, per_window=1)
+
+
+def test_query_ablation_is_each_query_s_own_loss_change(model_and_batch):
+    model, inputs, targets = model_and_batch
+    each = query_ablation_increase(model, inputs, targets)  # (B, T, L, H)
+    assert each.shape == (*inputs.shape, 2, 2)
+    ones = torch.ones(2, 2, dtype=torch.float64)
+
+    def query_losses(gates):  # (B, T)
+        logits = model(inputs, head_mask=gates)  # (B, T, V)
+        return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+
+    for layer, head in [(0, 1), (1, 0)]:
+        gates = ones.clone()
+        gates[layer, head] = 0
+        expected = query_losses(gates) - query_losses(ones)  # (B, T)
+        torch.testing.assert_close(each[..., layer, head], expected, rtol=0, atol=1e-12)
+    # the queries' mean in each window is that window's increase
+    windows = analysis.ablation_increase(model, inputs, targets, per_window=True)
+    torch.testing.assert_close(each.mean(dim=1), windows, rtol=0, atol=1e-12)
+    with raises("targets: expected shape (B, T) = (3, 6) as inputs"):
+        query_ablation_increase(model, inputs, targets[:2])
 
 
 def test_gradient_importance_is_the_mean_absolute_finite_difference(model_and_batch):

@@ -395,8 +395,8 @@ class _LayerByLayer:
         self.layer_inputs = [x]  # [l]: what layer l read under the last gates; [L]: the output
         self.last_gates: Tensor | None = None  # (L, H)
 
-    def window_losses(self, gates: Tensor) -> Tensor:
-        """(B,): each window's mean next-token loss with head gates (L, H)."""
+    def query_losses(self, gates: Tensor) -> Tensor:
+        """(B, T): every query's next-token loss with head gates (L, H)."""
         n_layers = len(self.model.blocks)
         if self.last_gates is None:
             start = 0
@@ -411,7 +411,7 @@ class _LayerByLayer:
         self.last_gates = gates.clone()
         logits = self.model.lm_head(self.model.final_norm(x))  # (B, T, V)
         losses = F.cross_entropy(logits.flatten(0, 1), self.targets, reduction="none")
-        return losses.view(x.shape[:2]).mean(dim=1)  # (B,)
+        return losses.view(x.shape[:2])  # (B, T)
 
 
 @torch.no_grad()
@@ -428,11 +428,11 @@ def ablation_increase(
         raise ValueError(f"per_window: expected True or False, got {per_window!r}")
     gates = _gates(model)  # (L, H)
     layers = _LayerByLayer(model, inputs, targets)
-    base = layers.window_losses(gates)  # (B,)
+    base = layers.query_losses(gates).mean(dim=1)  # (B,)
     increase = torch.zeros(len(inputs), *gates.shape, dtype=gates.dtype)  # (B, L, H)
     for layer, head in torch.cartesian_prod(*(torch.arange(n) for n in gates.shape)).tolist():
         gates[layer, head] = 0.0
-        increase[:, layer, head] = layers.window_losses(gates) - base  # (B,)
+        increase[:, layer, head] = layers.query_losses(gates).mean(dim=1) - base  # (B,)
         gates[layer, head] = 1.0
     return increase if per_window else increase.mean(dim=0)  # (B, L, H) or (L, H)
 
@@ -484,10 +484,10 @@ def pruning_curve(
     gates = _gates(model)  # (L, H)
     _check_order(order, *gates.shape)
     layers = _LayerByLayer(model, inputs, targets)
-    losses = [layers.window_losses(gates)]  # [(B,)]
+    losses = [layers.query_losses(gates).mean(dim=1)]  # [(B,)]
     for layer, head in order:
         gates[layer, head] = 0.0
-        losses.append(layers.window_losses(gates))  # the layers below `layer` are kept
+        losses.append(layers.query_losses(gates).mean(dim=1))  # layers below `layer` kept
     if per_window:
         return torch.stack(losses)  # (len(order) + 1, B)
     return [window.mean().item() for window in losses]
