@@ -14,6 +14,23 @@ from attnbook.book.diagrams import (
 )
 
 
+def boxes_by_text(figure):
+    """(text centred in the box, the box) for every box of the figure's first axes."""
+    ax = figure.axes[0]
+    return [
+        (text.get_text(), patch)
+        for patch in ax.patches
+        if isinstance(patch, FancyBboxPatch)
+        for text in ax.texts
+        if patch.get_bbox().contains(*text.get_position())
+    ]
+
+
+def arrow_ends(figure):
+    """(start, end) of every arrow of the figure's first axes."""
+    return [p._posA_posB for p in figure.axes[0].patches if isinstance(p, FancyArrowPatch)]
+
+
 def test_cache_versus_state_shows_both_memories_and_the_update():
     figure = cache_versus_state()
     shown = figure_texts(figure)
@@ -38,15 +55,8 @@ def test_cache_versus_state_follows_its_sizes():
 def test_cache_versus_state_points_query_t_at_every_row_of_the_cache():
     for length in (3, 6):
         figure = cache_versus_state(length=length)
-        ax = figure.axes[0]
-        boxes = [  # (text centred in the box, its extents)
-            (text.get_text(), patch.get_bbox().extents)
-            for patch in ax.patches
-            if isinstance(patch, FancyBboxPatch)
-            for text in ax.texts
-            if patch.get_bbox().contains(*text.get_position())
-        ]
-        arrows = [p._posA_posB for p in ax.patches if isinstance(p, FancyArrowPatch)]
+        boxes = [(text, patch.get_bbox().extents) for text, patch in boxes_by_text(figure)]
+        arrows = arrow_ends(figure)
         plt.close(figure)
         query = min((extents for text, extents in boxes if text == "q_t"), key=lambda e: e[0])
         fan = [end for start, end in arrows if start[0] == query[0]]
@@ -119,15 +129,9 @@ def test_gated_deltanet_layer_draws_the_six_steps_in_order():
 
 def test_gated_deltanet_layer_draws_an_arrow_from_x_to_beta_and_to_alpha():
     figure = gated_deltanet_layer()
-    ax = figure.axes[0]
-    boxes = {  # each box by the first line of the text centred in it
-        text.get_text().split("\n")[0]: patch
-        for patch in ax.patches
-        if isinstance(patch, FancyBboxPatch)
-        for text in ax.texts
-        if patch.get_bbox().contains(*text.get_position())
-    }
-    arrows = [p._posA_posB for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    # each box by the first line of the text centred in it
+    boxes = {text.split("\n")[0]: patch for text, patch in boxes_by_text(figure)}
+    arrows = arrow_ends(figure)
     plt.close(figure)
 
     def on(point, name):  # on or inside the box, its edge included
